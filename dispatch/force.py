@@ -1,0 +1,100 @@
+"""Forcing and denying implementations: a context manager (context-local) and two environment variables.
+
+    with dispatch.force("triton"):            # only candidates of the Triton backend
+    with dispatch.force("torch.scaled_mm_rowwise"):   # exactly one candidate
+    with dispatch.force(deny=["cuda"]):       # anything but the CUDA backend
+    FP8DISPATCH_FORCE=triton   FP8DISPATCH_DENY=cuda,torch.dequant_mm   (comma-separated)
+
+A name is a backend ("triton") or a candidate id ("triton.w8a16_splitk"); a trailing "*" matches a prefix.
+The context manager overrides FP8DISPATCH_FORCE inside its block; denials from both add up.
+The state lives in a `contextvars.ContextVar`, so threads and asyncio tasks do not see each other's forcing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import fnmatch
+import os
+from typing import Iterable, Iterator
+
+FORCE_ENV = "FP8DISPATCH_FORCE"
+DENY_ENV = "FP8DISPATCH_DENY"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Which candidates may run. Hashable: it is part of the plan-cache key."""
+
+    force: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    origin: str = ""  # "force()" / "FP8DISPATCH_FORCE" etc., for messages
+
+    @staticmethod
+    def matches(name: str, candidate_id: str, backend: str) -> bool:
+        if "*" in name or "?" in name:
+            return fnmatch.fnmatchcase(candidate_id, name)
+        return name == backend or name == candidate_id
+
+    def rejects(self, candidate_id: str, backend: str) -> str | None:
+        """None if allowed, else the reason."""
+        for d in self.deny:
+            if self.matches(d, candidate_id, backend):
+                return f"denied by {self.origin or 'policy'} (deny={d!r})"
+        if self.force and not any(self.matches(f, candidate_id, backend) for f in self.force):
+            return f"not forced ({self.origin or 'policy'} forces {', '.join(self.force)})"
+        return None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.force or self.deny)
+
+
+_NO_POLICY = Policy()
+_ctx: contextvars.ContextVar[Policy | None] = contextvars.ContextVar("fp8dispatch_force", default=None)
+_env_cache: dict[tuple[str, str], Policy] = {}
+
+
+def _split(s: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in s.split(",") if p.strip())
+
+
+def _env_policy() -> Policy:
+    f, d = os.environ.get(FORCE_ENV, ""), os.environ.get(DENY_ENV, "")
+    key = (f, d)
+    p = _env_cache.get(key)
+    if p is None:
+        if not f and not d:
+            p = _NO_POLICY
+        else:
+            origin = " and ".join(n for n, v in ((FORCE_ENV, f), (DENY_ENV, d)) if v)
+            p = Policy(_split(f), _split(d), origin)
+        _env_cache[key] = p
+    return p
+
+
+def current() -> Policy:
+    """The policy in effect here: the innermost force() block, combined with the environment."""
+    p = _ctx.get()
+    return _env_policy() if p is None else p
+
+
+@contextlib.contextmanager
+def force(*names: str, deny: Iterable[str] = ()) -> Iterator[Policy]:
+    """Restrict dispatch to `names` (backends or candidate ids) and/or exclude `deny` within the block.
+
+    Nested blocks: the inner force list replaces the outer one; deny lists accumulate.
+    """
+    outer = current()
+    deny_t = tuple(deny)
+    for n in names + deny_t:
+        if not isinstance(n, str) or not n:
+            raise TypeError("force()/deny names must be non-empty strings (backend or candidate id)")
+    new = Policy(tuple(names) if names else outer.force, outer.deny + deny_t,
+                 "dispatch.force()" if names or deny_t else outer.origin)
+    token = _ctx.set(new)
+    try:
+        yield new
+    finally:
+        _ctx.reset(token)

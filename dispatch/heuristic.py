@@ -1,0 +1,91 @@
+"""The last link of the lookup chain: an analytic time estimate from bytes, FLOPs and the target's rates.
+
+    us = max(bytes / (bandwidth * bw_eff), flops / (peak * compute_eff)) + fixed_us
+
+bytes = weight codes + scales + activations in + outputs out (+ a candidate's own extra traffic, such as
+a dequantized weight copy); peak is the target's fp8 or bf16 dense rate (ArchSpec). Each candidate brings
+an efficiency prior: either its own `prior(problem, target) -> Prior` method, or an entry of PRIORS below,
+or the backend default. The priors for the torch routes come from the H200 measurements in
+shared/perf/h200_baseline.md (ratios to copy bandwidth / peak); they are estimates, and only decide among
+candidates when no tuned entry covers a shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from .problem import Candidate, Problem
+from .target import Target
+
+
+@dataclasses.dataclass(frozen=True)
+class Prior:
+    bw_eff: float  # fraction of the arch's memory bandwidth reached when memory-bound
+    compute_eff: float  # fraction of the peak rate reached when compute-bound
+    fp8_mma: bool  # which peak applies: fp8 (True) or bf16 (False)
+    fixed_us: float  # launch and side kernels (activation quantization, ...) per call
+    extra_bytes: Callable[[Problem], float] | None = None  # traffic beyond weight + x + y
+
+    def __post_init__(self) -> None:
+        if not (0 < self.bw_eff <= 1.5 and 0 < self.compute_eff <= 1.0 and self.fixed_us >= 0):
+            raise AssertionError(f"implausible prior {self}")
+
+
+def _dequant_copy(p: Problem) -> float:
+    # dequantize-then-cuBLAS writes and re-reads a 16-bit weight copy
+    return 4.0 * p.n * p.k
+
+
+def _ref_copy(p: Problem) -> float:
+    # the reference materializes an fp32 weight and an fp32 activation copy
+    return 8.0 * p.n * p.k + 8.0 * p.m * p.k
+
+
+# Torch routes, from the H200 baseline: per-tensor _scaled_mm 54-98% of copy BW at decode and
+# ~1.2k of 1.43k TFLOP/s at prefill; rowwise 28-64% at decode; blockwise ~60-70%; activation quant
+# as torch ops costs ~15-25 us per call, as a Triton kernel ~2 us.
+PRIORS: dict[str, Prior] = {
+    "torch.scaled_mm_tensorwise": Prior(0.75, 0.80, True, 6.0),
+    "torch.scaled_mm_rowwise": Prior(0.45, 0.80, True, 6.0),
+    "torch.scaled_mm_blockwise": Prior(0.65, 0.70, True, 6.0),
+    "torch.dequant_mm": Prior(0.70, 0.85, False, 10.0, _dequant_copy),
+    "torch.reference": Prior(0.10, 0.05, False, 50.0, _ref_copy),
+}
+
+# A candidate without its own prior: a generic hand-written kernel of its backend.
+BACKEND_DEFAULTS: dict[str, Prior] = {
+    "triton": Prior(0.70, 0.55, True, 4.0),
+    "cuda": Prior(0.80, 0.60, True, 3.0),
+    "hip": Prior(0.70, 0.50, True, 3.0),
+    "torch": Prior(0.50, 0.50, False, 10.0),
+}
+_FALLBACK = Prior(0.30, 0.30, False, 10.0)
+
+# Activation quantization outside a fused kernel: torch ops vs the Triton kernel (H200 measurements).
+ACT_QUANT_TORCH_US = 15.0
+ACT_QUANT_TRITON_US = 2.0
+
+
+def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
+    own = getattr(candidate, "prior", None)
+    if callable(own):
+        p = own(problem, target)
+        if p is not None:
+            return p
+    return PRIORS.get(candidate.id) or BACKEND_DEFAULTS.get(candidate.backend, _FALLBACK)
+
+
+def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float:
+    """Estimated microseconds of one call of `candidate` on `problem`, `target`."""
+    spec = target.spec
+    pr = prior_of(candidate, problem, target)
+    xb = problem.x_dtype.itemsize
+    ob = problem.out_dtype.itemsize
+    nbytes = problem.weight_bytes + problem.m * problem.k * xb + problem.m * problem.n * ob
+    if pr.extra_bytes is not None:
+        nbytes += pr.extra_bytes(problem)
+    mem_us = nbytes / (spec.mem_gbps * 1e3 * pr.bw_eff)
+    peak = spec.fp8_tflops if pr.fp8_mma and spec.fp8_tflops > 0 else spec.bf16_tflops
+    compute_us = problem.flops / (max(peak, 1e-3) * 1e6 * pr.compute_eff)
+    return max(mem_us, compute_us) + pr.fixed_us

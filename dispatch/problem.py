@@ -1,0 +1,149 @@
+"""What a backend is asked to run (`Problem`), whether it can (`Support`), and how it says so (`Candidate`).
+
+Backends declare candidates as data: an id, the (format, act) pairs served, a support predicate that
+answers yes or no-with-reason for a (problem, target), a config space and a runner. The dispatcher
+never branches on backend names; it asks candidates.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from .formats import Act, Format, QWeight
+from .target import Target
+
+M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def m_bucket(m: int) -> int:
+    """Smallest bucket >= m (the last bucket for anything larger). Plans and tables are keyed by it."""
+    for b in M_BUCKETS:
+        if m <= b:
+            return b
+    return M_BUCKETS[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One linear call's static description: enough to choose a kernel, no tensor values."""
+
+    fmt: Format
+    act: Act
+    m: int
+    n: int
+    k: int
+    x_dtype: torch.dtype = torch.bfloat16
+    out_dtype: torch.dtype = torch.bfloat16
+    has_bias: bool = False
+
+    @property
+    def bucket(self) -> int:
+        return m_bucket(self.m)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of fp8 codes plus scales: the decode roofline's numerator."""
+        n, k = self.n, self.k
+        scale = {Format.FP8_BLOCK: 4 * -(-n // 128) * -(-k // 128), Format.FP8_TENSOR: 4,
+                 Format.FP8_ROW: 4 * n, Format.MXFP8: n * -(-k // 32)}[self.fmt]
+        return n * k + scale
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @classmethod
+    def of(cls, x_shape: Sequence[int], qw: QWeight, *, x_dtype: torch.dtype = torch.bfloat16,
+           out_dtype: torch.dtype | None = None, has_bias: bool = False) -> "Problem":
+        m = 1
+        for d in x_shape[:-1]:
+            m *= int(d)
+        n, k = qw.shape
+        return cls(qw.format, qw.act, m, n, k, x_dtype, out_dtype or x_dtype, has_bias)
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    """Yes, or no with a reason. A 'no' without a reason is itself an error."""
+
+    ok: bool
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.ok and not self.reason:
+            raise AssertionError("Support.no needs a reason")
+
+    @classmethod
+    def yes(cls, reason: str = "") -> "Support":
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> "Support":
+        return cls(False, reason)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Base of every backend's typed tuning config. Subclasses are frozen dataclasses of ints/bools."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown config keys {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoConfig(KernelConfig):
+    """For candidates with nothing to tune (library calls)."""
+
+
+class Candidate(abc.ABC):
+    """One implementation of a linear for some (format, act) pairs.
+
+    `id` is stable (it appears in tuned tables): "<backend>.<kernel>", e.g. "triton.w8a16_splitk".
+    `source_files` lists files whose content hash keys tuned entries (stale detection).
+    """
+
+    id: ClassVar[str]
+    backend: ClassVar[str]
+    serves: ClassVar[frozenset[tuple[Format, Act]]]
+    config_type: ClassVar[type[KernelConfig]] = NoConfig
+    source_files: ClassVar[tuple[str, ...]] = ()
+
+    def available(self) -> Support:
+        """Whether the backend can run in this process at all (toolkit importable, etc.)."""
+        return Support.yes()
+
+    @abc.abstractmethod
+    def supports(self, problem: Problem, target: Target) -> Support:
+        """Pure: may this candidate run `problem` on `target`? No device access."""
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        """The config space autotune searches (first entry is the default)."""
+        return [self.default_config(problem, target)]
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return self.config_type()
+
+    def prepare(self, qw: QWeight) -> Any:
+        """Load-time work on the weight (layout changes, views); cached by the dispatcher per weight."""
+        return None
+
+    @abc.abstractmethod
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        """y[M, N] = linear(x2d[M, K], qw) with the format's semantics. x2d is contiguous, M >= 1.
+        Must not synchronize the host or branch on tensor values (CUDA-graph safe)."""

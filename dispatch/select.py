@@ -1,0 +1,186 @@
+"""Selection: a pure function of (problem, target, tables, candidates, policy) -> Decision.
+
+Order of the chain, each step with its reason recorded in the Decision:
+1. filter: policy (force/deny), backend availability, (format, act) served, the candidate's support predicate;
+2. an exact tuned entry (overlay -> device table -> arch table) whose implementation is eligible and whose
+   source hash matches the code here (else it is skipped as stale/unknown, with the reason);
+3. the nearest tuned entry for the same (format, act): distance in log2 of N, K and the M bucket;
+4. the analytic heuristic (dispatch.heuristic) over the eligible candidates.
+No device is touched; tests drive it with `Target.simulated_for(...)` and fake candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+from typing import Callable, Mapping, Sequence
+
+from .errors import NoCandidateError, TableError
+from .force import Policy
+from .heuristic import estimate_us
+from .problem import Candidate, KernelConfig, Problem
+from .tables import EMPTY, Entry, TableSet, Tier
+from .target import Target
+
+log = logging.getLogger("fp8dispatch.select")
+
+# Nearest-shape fallback: an entry further than this (sum of |log2| ratios of N, K and the M bucket) is
+# not trusted; the heuristic decides instead. 2.0 admits e.g. N half as large and K twice as large.
+NEAREST_MAX_DISTANCE = 2.0
+# The M bucket weighs more than N, K: kernels change regime with M (GEMV -> split-K -> tiled GEMM).
+M_WEIGHT = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What runs, with which config, and why."""
+
+    candidate_id: str
+    config: KernelConfig
+    source: str  # "table" | "nearest" | "heuristic" | "forced"
+    detail: str  # the table file and entry, or the estimate
+    rejected: tuple[tuple[str, str], ...] = ()  # (candidate id or backend, reason)
+    skipped_entries: tuple[str, ...] = ()  # table entries that were found but not used, with reasons
+    estimates: tuple[tuple[str, float], ...] = ()  # heuristic estimates (us) of every eligible candidate
+    problem: Problem | None = None
+
+    @property
+    def backend(self) -> str:
+        return self.candidate_id.split(".", 1)[0]
+
+
+def _entry_ref(tier: Tier, idx: int, e: Entry) -> str:
+    return (f"{tier.name} table {tier.table.path} entry #{idx} ({e.format}/{e.act} N={e.n} K={e.k} "
+            f"M-bucket={e.m_bucket}: {e.impl}, {e.us:g} us)")
+
+
+_logged: set[tuple] = set()
+_logged_lock = threading.Lock()
+
+
+def _log_once(key: tuple, msg: str, *args) -> None:
+    with _logged_lock:
+        if key in _logged:
+            return
+        _logged.add(key)
+    log.info(msg, *args)
+
+
+def _config_for(cand: Candidate, entry: Entry, tier: Tier, idx: int, problem: Problem,
+                target: Target, *, exact: bool) -> KernelConfig:
+    try:
+        cfg = cand.config_type.from_dict(dict(entry.config))
+    except (TypeError, ValueError) as ex:
+        raise TableError(f"tuning table {tier.table.path}: entry #{idx} ({entry.format}/{entry.act} N={entry.n} "
+                         f"K={entry.k} M-bucket={entry.m_bucket}): config {dict(entry.config)} does not fit "
+                         f"{cand.id}'s {cand.config_type.__name__}: {ex}") from None
+    if exact:
+        return cfg
+    # A borrowed config must be one the candidate offers for *this* shape, else use its default.
+    space = cand.configs(problem, target)
+    return cfg if cfg in space else cand.default_config(problem, target)
+
+
+def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], policy: Policy,
+             unavailable: Mapping[str, str] | None = None) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """Candidates that may run `problem` on `target`, and every rejected one with its reason."""
+    ok: list[Candidate] = []
+    rejected: list[tuple[str, str]] = []
+    for backend, why in (unavailable or {}).items():
+        rejected.append((f"{backend}.*", f"backend unavailable: {why}"))
+    for c in candidates:
+        why = policy.rejects(c.id, c.backend)
+        if why is None:
+            if (problem.fmt, problem.act) not in c.serves:
+                why = f"does not serve {problem.fmt}/{problem.act}"
+            else:
+                av = c.available()
+                if not av:
+                    why = f"unavailable: {av.reason}"
+                else:
+                    sp = c.supports(problem, target)
+                    if not sp:
+                        why = sp.reason
+        if why is None:
+            ok.append(c)
+        else:
+            rejected.append((c.id, why))
+    return ok, rejected
+
+
+def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidates: Sequence[Candidate] = (),
+           policy: Policy = Policy(), *, unavailable: Mapping[str, str] | None = None,
+           source_hash: Callable[[Candidate], str] | None = None) -> Decision:
+    """Choose an implementation and config for `problem` on `target` (see the module docstring)."""
+    if source_hash is None:
+        from .registry import source_hash
+    ok, rejected = eligible(problem, target, candidates, policy, unavailable)
+    if not ok:
+        lines = "\n".join(f"  - {cid}: {why}" for cid, why in rejected) or "  (no candidates registered)"
+        hint = (f"\nThe policy {policy.origin} restricts candidates; relax it (force={list(policy.force)}, "
+                f"deny={list(policy.deny)})." if policy.active else "")
+        raise NoCandidateError(
+            f"no implementation can run {problem.fmt}/{problem.act} M={problem.m} N={problem.n} K={problem.k} "
+            f"x={problem.x_dtype} out={problem.out_dtype} on {target.arch} ({target.device_name}); "
+            f"rejected:\n{lines}{hint}")
+    by_id = {c.id: c for c in ok}
+    rejected_ids = dict(rejected)
+    skipped: list[str] = []
+    common = dict(rejected=tuple(rejected), problem=problem)
+
+    def usable(tier: Tier, idx: int, e: Entry) -> Candidate | None:
+        ref = _entry_ref(tier, idx, e)
+        cand = by_id.get(e.impl)
+        if cand is None:
+            why = (f"its implementation is rejected here: {rejected_ids[e.impl]}" if e.impl in rejected_ids
+                   else "unknown implementation (not registered in this build)")
+            skipped.append(f"{ref}: {why}")
+            return None
+        have = source_hash(cand)
+        if e.source_hash != have:
+            skipped.append(f"{ref}: stale (tuned against source {e.source_hash or '-'}, code here is {have or '-'})")
+            return None
+        return cand
+
+    key = (problem.fmt, problem.act, problem.n, problem.k, problem.bucket)
+    for tier, idx, e in tables.exact(key):
+        cand = usable(tier, idx, e)
+        if cand is not None:
+            cfg = _config_for(cand, e, tier, idx, problem, target, exact=True)
+            return Decision(cand.id, cfg, "table", _entry_ref(tier, idx, e),
+                            skipped_entries=tuple(skipped), **common)
+
+    near = []
+    for tier, idx, e in tables.same_kind(problem.fmt, problem.act):
+        d = (abs(math.log2(e.n / problem.n)) + abs(math.log2(e.k / problem.k))
+             + M_WEIGHT * abs(math.log2(e.m_bucket / problem.bucket)))
+        if d <= NEAREST_MAX_DISTANCE:
+            # ties: prefer the larger M bucket (a kernel tuned for more rows covers fewer), then tier order
+            near.append((d, -e.m_bucket, len(near), tier, idx, e))
+    near.sort(key=lambda t: t[:3])
+    for d, _, _, tier, idx, e in near:
+        cand = usable(tier, idx, e)
+        if cand is not None:
+            cfg = _config_for(cand, e, tier, idx, problem, target, exact=False)
+            _log_once(("nearest",) + key + (target.arch, target.device_name),
+                      "no tuned entry for %s/%s N=%d K=%d M-bucket=%d on %s: using nearest %s (distance %.2f)",
+                      problem.fmt, problem.act, problem.n, problem.k, problem.bucket, target.device_name,
+                      _entry_ref(tier, idx, e), d)
+            return Decision(cand.id, cfg, "nearest", f"nearest tuned shape (distance {d:.2f}): "
+                            + _entry_ref(tier, idx, e), skipped_entries=tuple(skipped), **common)
+
+    est = sorted(((estimate_us(c, problem, target), i, c) for i, c in enumerate(ok)), key=lambda t: t[:2])
+    best = est[0][2]
+    why_miss = "no tuned table applies" if not tables.tiers else "no tuned entry within reach"
+    _log_once(("heuristic",) + key + (target.arch, target.device_name),
+              "%s for %s/%s N=%d K=%d M-bucket=%d on %s (%s): analytic heuristic picks %s",
+              why_miss, problem.fmt, problem.act, problem.n, problem.k, problem.bucket, target.device_name,
+              target.arch, best.id)
+    forced = f" among candidates allowed by {policy.origin}" if policy.active else ""
+    return Decision(best.id, best.default_config(problem, target), "heuristic",
+                    f"{why_miss}; analytic estimate {est[0][0]:.1f} us{forced} (bytes/FLOPs vs "
+                    f"{target.spec.reference_part} rates)",
+                    skipped_entries=tuple(skipped), estimates=tuple((c.id, round(u, 2)) for u, _, c in est),
+                    **common)

@@ -1,0 +1,119 @@
+"""`@triton.jit` helpers shared by every Triton kernel of this package: e4m3 / e8m0 decode and encode.
+
+Why software paths exist at all: Triton on sm_80 rejects `fp8e4nv` even as a pointer type, so there the
+weight codes travel as uint8 and are decoded with integer/float arithmetic below. The same software path
+is what the CPU interpreter tests run, because the interpreter rounds fp32 -> fp8 casts wrongly and does
+not saturate.
+
+Interpreter-safe (exact under TRITON_INTERPRET=1 and on every GPU target):
+  - `e4m3_to_f32(code_u8)`           software e4m3fn decode (sign, subnormals, NaN codes 0x7f/0xff)
+  - `f32_to_e4m3(v)`                 software fp32 -> e4m3fn code, round-to-nearest-even, saturating
+  - `e4m3_round(v)`                  the fp32 value of `f32_to_e4m3(v)` (sm_80 W8A8: exact codes as floats)
+  - `e8m0_to_f32(code_u8)`           2^(code - 127) built from bits (code 0 -> 2^-127, an fp32 subnormal)
+  - `load_w_f32(ptrs, mask, False)`  uint8 codes + software decode
+  - `quantize_e4m3(v, HW_FP8=False)` software encode (uint8 codes)
+Hardware-only (sm_89+, gfx1201; wrong or rejected under the interpreter / on sm_80):
+  - `load_w_f32(ptrs, mask, True)`   fp8e4nv pointer, `.to(tl.float32)` (cvt e4m3 -> f16/f32)
+  - `quantize_e4m3(v, HW_FP8=True)`  `.to(tl.float8e4nv)` after an explicit clamp to +-448 (cvt.rn.satfinite)
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+E4M3_MAX: tl.constexpr = tl.constexpr(448.0)
+# Shared with dispatch.formats.AMAX_FLOOR: an all-zero group gets scale AMAX_FLOOR / 448, codes +0.
+AMAX_FLOOR: tl.constexpr = tl.constexpr(1e-12)
+
+
+@triton.jit
+def e4m3_to_f32(code):
+    """uint8 e4m3fn codes -> exact fp32 values.
+
+    The 7 magnitude bits are placed into an fp16's exponent+mantissa field (fp16 has 5 exponent bits,
+    bias 15, e4m3 has 4, bias 7): the fp16 value is the e4m3 value * 2^-8 for normals AND subnormals
+    (an e4m3 subnormal m * 2^-9 lands on the fp16 subnormal m * 2^-17). fp16 -> fp32 is exact and never
+    flushes, then * 256 is exact; so no branch on the exponent is needed and no fp32 subnormal appears
+    (fp32 denormals may be flushed by some backends; fp16 ones are not).
+    """
+    c = code.to(tl.int32)
+    mag = c & 0x7F
+    bits16 = (mag << 7) | ((c & 0x80) << 8)
+    v = bits16.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+    # e4m3fn has no infinities; S.1111.111 is NaN (would otherwise decode to +-480).
+    nan = tl.full(v.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where(mag == 0x7F, nan, v)
+
+
+@triton.jit
+def f32_to_e4m3(v):
+    """fp32 -> uint8 e4m3fn code: round-to-nearest-even, saturating to +-448 (Inf -> +-448), NaN -> 0x7f|sign.
+
+    Matches torch's `x.clamp(-448, 448).to(torch.float8_e4m3fn)` bit for bit, including -0.0 -> 0x80.
+    """
+    bits = v.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80  # arithmetic shift; masked to the one sign bit
+    a = tl.abs(v)
+    is_nan = a != a
+    a = tl.minimum(a, 448.0)  # saturation (Inf included); NaN handled by is_nan below
+    # Subnormal targets (a < 2^-6): code = rne(a * 2^9). Adding 2^23 makes the fp32 adder round to an
+    # integer with round-to-nearest-even; a * 512 is exact, so an FMA contraction gives the same bits.
+    # rne may give 8 = 0x08, which is exactly the smallest normal 2^-6: the encodings agree.
+    sub = (a * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    # Normal targets: drop 20 of the 23 mantissa bits with round-to-nearest-even on the integer bits
+    # (a carry into the exponent is the correct rounding), then rebias 127 -> 7 (120 << 3).
+    ab = a.to(tl.int32, bitcast=True)
+    rounded = (ab + 0x7FFFF + ((ab >> 20) & 1)) >> 20
+    nrm = rounded - (120 << 3)
+    mag = tl.where(a < 0.015625, sub, nrm)
+    mag = tl.where(is_nan, 0x7F, mag)
+    return (mag | sign).to(tl.uint8)
+
+
+@triton.jit
+def e4m3_round(v):
+    """fp32 value of the e4m3 code `f32_to_e4m3(v)` (software; exact)."""
+    return e4m3_to_f32(f32_to_e4m3(v))
+
+
+@triton.jit
+def e8m0_to_f32(code):
+    """uint8 e8m0 codes -> 2^(code - 127) exactly, from bits. Code 0 is 2^-127 (fp32 subnormal bits
+    0x00400000: a shift of 0 << 23 would give +0), code 255 is NaN."""
+    c = code.to(tl.int32)
+    bits = tl.where(c == 0, 0x00400000, c << 23)
+    bits = tl.where(c == 255, 0x7FC00000, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def load_w_f32(ptrs, mask, HW_FP8: tl.constexpr):
+    """Weight codes -> fp32. HW_FP8: `ptrs` points at fp8e4nv (hardware cvt); else at uint8 codes."""
+    if HW_FP8:
+        w = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        w = e4m3_to_f32(tl.load(ptrs, mask=mask, other=0))
+    return w
+
+
+@triton.jit
+def quantize_e4m3(v, HW_FP8: tl.constexpr):
+    """fp32 (already divided by its scale) -> e4m3 codes: fp8e4nv tensor if HW_FP8, else uint8 codes.
+
+    The explicit clamp to +-448 makes the hardware cast's saturation mode irrelevant (torch's
+    reference clamps first as well; its cast alone would give NaN above 464).
+    """
+    if HW_FP8:
+        q = tl.clamp(v, -448.0, 448.0).to(tl.float8e4nv, fp_downcast_rounding="rtne")
+    else:
+        q = f32_to_e4m3(v)
+    return q
+
+
+@triton.jit
+def amax_to_scale(amax):
+    """Dynamic scale of a group: max(amax, AMAX_FLOOR) / 448 as an IEEE division (div.rn.f32), as the
+    reference computes it. NaN amax stays NaN (propagates)."""
+    a = tl.where(amax < AMAX_FLOOR, AMAX_FLOOR, amax)  # NaN < floor is False: NaN kept
+    return tl.math.div_rn(a, tl.full(a.shape, 448.0, tl.float32))

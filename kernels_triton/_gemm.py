@@ -1,0 +1,252 @@
+"""Kernel bodies of the Triton prefill (tensor-core) GEMMs. Private: only `_gemm_launch` calls them.
+
+Two families, each parameterized by its scale layout (a constexpr), never one copy per format:
+
+  _w8a16_gemm_kernel  y = x @ (q * s_w)^T : bf16/fp16 x, e4m3 weight codes decoded in registers, fp32 acc
+  _w8a8_gemm_kernel   y = (qx * s_x) @ (q * s_w)^T : e4m3 x e4m3 tensor-core dots, fp32 acc
+
+Shared structure:
+  - The weight is [N, K] row-major (K contiguous), i.e. already the B^T layout an MMA wants: the kernels
+    load [BLOCK_N, BLOCK_K] tiles and `tl.trans` them; no transposed copy of the weight exists anywhere.
+    For fp8 wgmma (sm_90) this K-major B is the only layout the instruction accepts.
+  - Grouped program order (GROUP_M tiles along M walk the same weight columns) so weight tiles are
+    reused from L2 instead of re-read from HBM.
+  - M, N, K are runtime arguments (Triton only specializes them on divisibility by 16, which picks
+    vector widths; it never recompiles per length). Edge tiles along M and N wrap their row indices
+    (`% M`, `% N`) so loads need no mask there; the store is masked. The K tail is masked with zeros.
+  - `num_stages` software pipelining comes from the plain pointer-increment loop (cp.async on sm_80+,
+    async copies + wgmma on sm_90).
+  - HW_FP8 (a constexpr): codes travel as fp8e4nv and convert in hardware (sm_89+, gfx12). Without it
+    (sm_80: Triton rejects fp8e4nv even as a pointer type) they travel as uint8 and are decoded exactly
+    in software (kernels_triton._fp8); W8A8 then multiplies the exactly decoded bf16 values with bf16
+    MMA: the same products as fp8 MMA, the same semantics.
+  - DOT_F32 (a constexpr) is the CPU-interpreter path ONLY: operands are widened to fp32 and multiplied
+    with input_precision="ieee", because the interpreter multiplies the raw bits of bf16 dots. It is
+    exact for these operands, but it is NOT what runs on a GPU and tests that use it are not GPU
+    validation.
+
+Scale application (where each layout's scale enters, and why that is exact or fp32-rounding-close):
+  W8A16 TENSOR/ROW   epilogue: acc * s (per column for ROW).
+  W8A16 BLOCK128     each K tile's partial product (BLOCK_K divides 128, so one tile never straddles two
+                     128-groups) is multiplied by the [BLOCK_N] vector s[n // 128, k0 // 128].
+  W8A16 MX32 + bf16  MX_PRESCALE: the decoded weight is multiplied by 2^e before the dot. code * 2^e has
+                     the 4 significant bits of the code, so it is exact in bf16 (same 8-bit exponent as
+                     fp32) unless the product falls below bf16's range: |w| < 2^-133 flushes to zero,
+                     and values in bf16's subnormal range (< 2^-126) keep fewer bits. Real MX weights
+                     (e >= -127 with codes >= 2^-9) reach that only for groups whose amax < ~2^-118.
+  W8A16 MX32 + fp16  w * 2^e would overflow/underflow fp16, so 2^e multiplies 32-deep partial products
+                     (BLOCK_K == 32) instead: exact codes, one fp32 multiply per 32 along K.
+  W8A8 TENSOR_TENSOR epilogue: acc * s_x * s_w.
+  W8A8 TOKEN_ROW     epilogue: acc * s_x[m] * s_w[n].
+  W8A8 GROUP_BLOCK   DeepSeek-V3: acc += dot(qx_g, q_g) * s_x[m, g] * s_w[n // 128, g] per K tile.
+On sm_90 the fp8 MMA of TENSOR_TENSOR / TOKEN_ROW accumulates with Triton's default for fp8 wgmma
+(no intermediate fp32 promotion, like cuBLAS fast-accum); GROUP_BLOCK promotes per K tile by construction.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._fp8 import e4m3_to_f32, e8m0_to_f32
+
+# Mirrors of kernels_triton._gemm_layouts (Triton constexpr globals; the enums there are the source).
+_W_TENSOR: tl.constexpr = tl.constexpr(0)
+_W_ROW: tl.constexpr = tl.constexpr(1)
+_W_BLOCK128: tl.constexpr = tl.constexpr(2)
+_W_MX32: tl.constexpr = tl.constexpr(3)
+_A8_TENSOR_TENSOR: tl.constexpr = tl.constexpr(0)
+_A8_TOKEN_ROW: tl.constexpr = tl.constexpr(1)
+_A8_GROUP_BLOCK: tl.constexpr = tl.constexpr(2)
+_BLOCK: tl.constexpr = tl.constexpr(128)  # fp8_block weight block and activation group
+_MX: tl.constexpr = tl.constexpr(32)  # mxfp8 group along K
+
+
+@triton.jit
+def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M consecutive programs share one weight column tile (L2 reuse)."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr):
+    """e4m3 codes (fp8e4nv if HW_FP8, else uint8) -> exact values in DTYPE (bf16/fp16/fp32 hold every
+    e4m3 value exactly)."""
+    if HW_FP8:
+        v = codes.to(DTYPE)
+    else:
+        v = e4m3_to_f32(codes).to(DTYPE)
+    return v
+
+
+@triton.jit
+def _mma(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + a @ w^T ([BM, BN]), or acc + w @ a^T ([BN, BM]) with SWAP_AB. a: [BM, BK], w: [BN, BK]."""
+    if DOT_F32:  # CPU interpreter only (see module docstring)
+        a = a.to(tl.float32)
+        w = w.to(tl.float32)
+        if SWAP_AB:
+            r = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
+        else:
+            r = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+    else:
+        if SWAP_AB:
+            r = tl.dot(w, tl.trans(a), acc)
+        else:
+            r = tl.dot(a, tl.trans(w), acc)
+    return r
+
+
+@triton.jit
+def _per_n(v, SWAP_AB: tl.constexpr):
+    """Broadcast a [BLOCK_N] vector over the accumulator's N axis."""
+    if SWAP_AB:
+        r = v[:, None]
+    else:
+        r = v[None, :]
+    return r
+
+
+@triton.jit
+def _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB: tl.constexpr):
+    out = acc.to(y_ptr.dtype.element_ty)
+    rows = offs_m.to(tl.int64) * stride_ym
+    if SWAP_AB:
+        ptrs = y_ptr + rows[None, :] + offs_n[:, None]
+        mask = (offs_m[None, :] < M) & (offs_n[:, None] < N)
+    else:
+        ptrs = y_ptr + rows[:, None] + offs_n[None, :]
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(ptrs, out, mask=mask)
+
+
+@triton.jit
+def _w8a16_gemm_kernel(
+    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_wn, stride_ym, stride_ws,
+    WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
+    DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
+
+    ws: TENSOR [] / ROW [N] / BLOCK128 [cdiv(N,128), cdiv(K,128)] fp32, MX32 [N, cdiv(K,32)] uint8 e8m0;
+    stride_ws is its row stride (unused for TENSOR/ROW).
+    """
+    DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Edge tiles re-read valid rows instead of masking (results of wrapped rows are never stored).
+    rows_m = offs_m % M
+    rows_n = offs_n % N
+    x_ptrs = x_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    if WSCALE == _W_MX32:
+        ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
+    if WSCALE == _W_BLOCK128:
+        ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        k0 = kt * BLOCK_K
+        kmask = offs_k[None, :] < K - k0
+        x = tl.load(x_ptrs, mask=kmask, other=0.0)
+        codes = tl.load(w_ptrs, mask=kmask, other=0.0)
+        if WSCALE == _W_MX32 and MX_PRESCALE:
+            # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16
+            # unless it underflows: module docstring).
+            e = tl.load(ws_row[:, None] + (k0 + offs_k[None, :]) // _MX, mask=kmask, other=127)
+            w = (_decode_codes(codes, HW_FP8, tl.float32) * e8m0_to_f32(e)).to(DTYPE)
+        else:
+            w = _decode_codes(codes, HW_FP8, DTYPE)
+        if WSCALE == _W_BLOCK128:
+            s = tl.load(ws_row + k0 // _BLOCK)
+            acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)
+        elif WSCALE == _W_MX32 and not MX_PRESCALE:
+            # BLOCK_K == 32 (checked by the launcher): this tile is exactly group kt.
+            s = e8m0_to_f32(tl.load(ws_row + kt))
+            acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)
+        else:
+            acc = _mma(x, w, acc, SWAP_AB, DOT_F32)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+
+    if WSCALE == _W_TENSOR:
+        acc = acc * tl.load(ws_ptr)
+    if WSCALE == _W_ROW:
+        acc = acc * _per_n(tl.load(ws_ptr + rows_n), SWAP_AB)
+    if HAS_BIAS:
+        acc = acc + _per_n(tl.load(bias_ptr + rows_n).to(tl.float32), SWAP_AB)
+    _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB)
+
+
+@triton.jit
+def _w8a8_gemm_kernel(
+    xq_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_wn, stride_ym, stride_xs, stride_ws,
+    SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
+
+    TENSOR_TENSOR: xs [], ws []. TOKEN_ROW: xs [M] (stride_xs between tokens), ws [N].
+    GROUP_BLOCK: xs [M, cdiv(K,128)] (row stride stride_xs), ws [cdiv(N,128), cdiv(K,128)] (stride_ws).
+    """
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows_m = offs_m % M
+    rows_n = offs_n % N
+    x_ptrs = xq_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    if SCALES == _A8_GROUP_BLOCK:
+        xs_row = xs_ptr + rows_m.to(tl.int64) * stride_xs
+        ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        k0 = kt * BLOCK_K
+        kmask = offs_k[None, :] < K - k0
+        a = tl.load(x_ptrs, mask=kmask, other=0.0)
+        b = tl.load(w_ptrs, mask=kmask, other=0.0)
+        if not HW_FP8:
+            # sm_80: exact software decode, bf16 MMA (same products as an fp8 MMA).
+            a = e4m3_to_f32(a).to(tl.bfloat16)
+            b = e4m3_to_f32(b).to(tl.bfloat16)
+        if SCALES == _A8_GROUP_BLOCK:
+            # DeepSeek-V3 fine-grained scaling: the 128-deep partial product of group g, promoted to
+            # fp32 and scaled by s_x[m, g] * s_w[n // 128, g] (BLOCK_K divides 128).
+            sx = tl.load(xs_row + k0 // _BLOCK)
+            sw = tl.load(ws_row + k0 // _BLOCK)
+            acc += _mma(a, b, None, False, DOT_F32) * (sx[:, None] * sw[None, :])
+        else:
+            acc = _mma(a, b, acc, False, DOT_F32)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+
+    if SCALES == _A8_TENSOR_TENSOR:
+        acc = acc * (tl.load(xs_ptr) * tl.load(ws_ptr))
+    if SCALES == _A8_TOKEN_ROW:
+        sx = tl.load(xs_ptr + rows_m.to(tl.int64) * stride_xs)
+        sw = tl.load(ws_ptr + rows_n)
+        acc = acc * sx[:, None] * sw[None, :]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + rows_n).to(tl.float32)[None, :]
+    _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, False)

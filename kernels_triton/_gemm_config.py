@@ -1,0 +1,134 @@
+"""Typed tuning configs of the Triton prefill (tensor-core) GEMMs, and their defaults per target.
+
+One frozen dataclass (`GemmConfig`) for both families; which tile shapes are legal depends on the scale
+layout (`legal_for`), and the defaults come from feature predicates (`has_wgmma`, `has_fp8_mma`), never
+from arch numbers.
+
+Why these shapes (H200 / sm_90, wgmma):
+  - fp8 x fp8: 128x256x128 tiles, 8 warps (two consumer warpgroups of 64 rows each), 3-4 stages: one
+    stage holds 128*128 + 256*128 bytes = 48 KiB, so 4 stages fit the 227 KiB of shared memory. K = 128
+    per stage is one 128-byte cache line per row, the width wgmma's 128B swizzle wants for fp8.
+  - W8A16 (weight decoded to bf16 in registers): the weight is the wgmma A operand (SWAP_AB, A may come
+    from registers on sm_90; B must be in shared memory), so the decoded tile never round-trips through
+    shared memory. Tiles of 128 (weight rows) x 128/256 (tokens) x 64, 8 warps.
+  - block128 scales multiply the partial product of each K tile, so block_k must divide 128.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dispatch.problem import KernelConfig
+from dispatch.target import Target
+
+from ._gemm_layouts import A8Scales, WScale
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig(KernelConfig):
+    """Tile shape and schedule of one prefill GEMM launch (M, N, K are never part of it)."""
+
+    block_m: int = 128  # tokens per tile
+    block_n: int = 128  # output features per tile
+    block_k: int = 64  # reduction depth per pipeline stage
+    group_m: int = 8  # tiles along M that share weight tiles in L2 (grouped program order)
+    num_warps: int = 8
+    num_stages: int = 3
+    # W8A16 only: compute y^T = W x^T so the decoded weight is the MMA's A operand (registers on sm_90).
+    swap_ab: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
+            if not _pow2(getattr(self, name)):
+                raise ValueError(f"GemmConfig.{name} must be a power of two, got {getattr(self, name)}")
+        if not (16 <= self.block_m <= 256 and 16 <= self.block_n <= 256 and 16 <= self.block_k <= 256):
+            raise ValueError(f"GemmConfig tiles must be within 16..256, got {self.block_m}x{self.block_n}x{self.block_k}")
+        if self.group_m < 1 or self.num_stages < 1 or self.num_warps > 16:
+            raise ValueError(f"GemmConfig: group_m >= 1, num_stages >= 1, num_warps <= 16 (got {self})")
+
+    def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
+        """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
+        if wscale is WScale.BLOCK128 and 128 % self.block_k:
+            return f"block128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
+        if wscale is WScale.MX32:
+            if fp16_x and self.block_k != 32:
+                return ("mxfp8 with fp16 activations applies 2^e to 32-deep partial products "
+                        f"(w * 2^e overflows fp16): block_k must be 32 (got {self.block_k})")
+            if self.block_k < 32:
+                return f"mxfp8 tiles cover whole 32-groups along K: block_k >= 32 (got {self.block_k})"
+        return ""
+
+    def legal_for_w8a8(self, scales: A8Scales) -> str:
+        if self.swap_ab:
+            return "swap_ab is a W8A16 option (both W8A8 operands already come from shared memory)"
+        if scales is A8Scales.GROUP_BLOCK and 128 % self.block_k:
+            return f"1x128 x 128x128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
+        if self.block_k < 32:
+            return f"fp8 MMA instructions take K >= 32 per step: block_k >= 32 (got {self.block_k})"
+        return ""
+
+
+# --- Defaults and autotune spaces per target ------------------------------------------------------------
+
+def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
+    """Autotune space for the W8A8 GEMM on `target`; the first entry is the default."""
+    if target.has_wgmma:
+        space = [
+            GemmConfig(128, 256, 128, 8, 8, 3),
+            GemmConfig(128, 256, 128, 8, 8, 4),
+            GemmConfig(256, 128, 128, 8, 8, 3),
+            GemmConfig(128, 128, 128, 8, 4, 4),
+            GemmConfig(128, 128, 128, 8, 8, 4),
+            GemmConfig(64, 256, 128, 8, 4, 4),
+            GemmConfig(128, 64, 128, 8, 4, 4),
+            GemmConfig(64, 128, 128, 8, 4, 4),
+        ]
+    elif target.has_fp8_mma:  # mma.sync fp8 (sm_89) / WMMA fp8 (gfx12): smaller shared memory, no wgmma
+        space = [
+            GemmConfig(128, 128, 128, 8, 8, 3),
+            GemmConfig(128, 128, 64, 8, 4, 4),
+            GemmConfig(64, 128, 128, 8, 4, 3),
+            GemmConfig(128, 64, 128, 8, 4, 3),
+            GemmConfig(64, 64, 128, 8, 4, 3),
+        ]
+    else:  # sm_80: uint8 codes decoded to bf16, bf16 mma.sync
+        space = [
+            GemmConfig(128, 128, 64, 8, 8, 3),
+            GemmConfig(128, 128, 32, 8, 4, 4),
+            GemmConfig(64, 128, 64, 8, 4, 3),
+            GemmConfig(128, 64, 64, 8, 4, 3),
+            GemmConfig(64, 64, 64, 8, 4, 3),
+        ]
+    return [c for c in space if not c.legal_for_w8a8(scales)]
+
+
+def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool) -> list[GemmConfig]:
+    """Autotune space for the W8A16 GEMM on `target`; the first entry is the default."""
+    if fp16_x and wscale is WScale.MX32:
+        # 2^e is applied to 32-deep partial products (see legal_for_w8a16).
+        space = [GemmConfig(128, 128, 32, 8, 8, 4, swap_ab=target.has_wgmma),
+                 GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(64, 128, 32, 8, 4, 4)]
+    elif target.has_wgmma:
+        # swap_ab: the weight is wgmma's A operand, straight from registers after the decode.
+        space = [
+            GemmConfig(128, 128, 64, 8, 4, 4, swap_ab=True),
+            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=True),
+            GemmConfig(256, 128, 64, 8, 8, 3, swap_ab=True),
+            GemmConfig(128, 128, 128, 8, 8, 3, swap_ab=True),
+            GemmConfig(64, 128, 64, 8, 4, 4, swap_ab=True),
+            GemmConfig(128, 128, 64, 8, 8, 4, swap_ab=False),
+            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=False),
+        ]
+    else:
+        space = [
+            GemmConfig(128, 128, 64, 8, 8, 3),
+            GemmConfig(128, 128, 32, 8, 4, 4),
+            GemmConfig(64, 128, 64, 8, 4, 3),
+            GemmConfig(128, 64, 64, 8, 4, 3),
+            GemmConfig(64, 64, 64, 8, 4, 3),
+        ]
+    return [c for c in space if not c.legal_for_w8a16(wscale, fp16_x)]

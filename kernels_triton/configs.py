@@ -1,0 +1,134 @@
+"""Typed tuning configs of the Triton decode (GEMV / split-K) kernels and the activation quantizer, with
+defaults and small autotune spaces per target (chosen from feature predicates, never arch strings).
+
+Why these shapes (decode is a weight stream: y[M, N] = x[M, K] W[N, K]^T with M <= 64):
+  - Each program reads a [block_n, block_k] tile of the row-major weight per iteration; block_k >= 128
+    bytes of fp8 per row and a blocked layout of 16 contiguous bytes per thread gives 128-bit loads.
+  - Enough programs to fill every SM several times over (memory-level parallelism comes from many
+    resident programs, not from deep pipelines): split-K multiplies the grid when N / block_n is small.
+    split_k = 0 means "choose at launch" from (M, N, K) and the device's SM count (no host sync).
+  - block_m <= 8: CUDA-core FMA path (exact fp32 products, no padding of M to 16). block_m >= 16:
+    tensor-core path (tl.dot with the weight as the wide operand; M padded to block_m).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from dispatch.problem import KernelConfig, Problem
+from dispatch.target import Target
+
+# Largest M the decode kernels serve; above it the prefill GEMMs (kernels_triton/_gemm*.py) take over.
+GEMV_MAX_M = 64
+FMA_MAX_BLOCK_M = 8  # block_m above this uses tl.dot
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GemvConfig(KernelConfig):
+    """Tile shape and schedule of one decode launch (M, N, K are never part of it)."""
+
+    block_m: int = 1  # activation rows per program (<= 8: FMA path; 16..64: tensor-core path)
+    block_n: int = 32  # weight rows (output features) per program
+    block_k: int = 256  # reduction depth per loop iteration (bytes of fp8 per weight row)
+    split_k: int = 0  # programs along K (deterministic two-pass reduction when > 1); 0 = auto at launch
+    num_warps: int = 4
+    num_stages: int = 1  # >1: software-pipelined K loop (tl.range num_stages)
+    # W8A8 only: quantize x inside the GEMV (one launch). Each program recomputes the scales of the x
+    # rows it reads: free for 1x128 groups (local to the K tile), a full-row prologue for per-token /
+    # per-tensor (cheap at tiny M, wasteful at M = 64).
+    fuse_act_quant: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
+            if not _pow2(getattr(self, name)):
+                raise ValueError(f"GemvConfig.{name} must be a power of two, got {getattr(self, name)}")
+        if not 1 <= self.block_m <= GEMV_MAX_M:
+            raise ValueError(f"GemvConfig.block_m must be in 1..{GEMV_MAX_M}, got {self.block_m}")
+        if not (16 <= self.block_n <= 256 and 32 <= self.block_k <= 1024):
+            raise ValueError(f"GemvConfig: block_n in 16..256 and block_k in 32..1024, got {self.block_n}x{self.block_k}")
+        if self.split_k < 0 or self.num_stages < 1 or self.num_warps > 16:
+            raise ValueError(f"GemvConfig: split_k >= 0, num_stages >= 1, num_warps <= 16 (got {self})")
+
+    @property
+    def use_dot(self) -> bool:
+        return self.block_m > FMA_MAX_BLOCK_M
+
+    def legal_for(self, group_k: int) -> str:
+        """'' if this config can serve scales grouped `group_k` along K (0: no K groups), else why not."""
+        if self.use_dot and group_k == 128 and 128 % self.block_k:
+            return f"block128 scales multiply whole K tiles on the tensor-core path: block_k must divide 128 (got {self.block_k})"
+        if group_k and self.block_k < group_k and group_k % self.block_k:
+            return f"K tiles must not straddle {group_k}-wide scale groups (block_k {self.block_k})"
+        if group_k == 32 and self.block_k < 32:
+            return f"mxfp8 tiles cover whole 32-groups: block_k >= 32 (got {self.block_k})"
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ActQuantConfig(KernelConfig):
+    """Dynamic activation quantization launch shape."""
+
+    block: int = 1024  # elements per program and loop step (per-token / per-tensor); groups use 128
+    num_warps: int = 4
+    # per-tensor: up to this many elements use ONE program that computes amax and casts (one launch);
+    # larger tensors use a block-parallel partial amax (atomic max) plus a cast kernel (two launches).
+    single_program_max: int = 1 << 16
+
+    def __post_init__(self) -> None:
+        if not _pow2(self.block) or not 128 <= self.block <= 16384 or not _pow2(self.num_warps):
+            raise ValueError(f"ActQuantConfig: block a power of two in 128..16384, num_warps a power of two (got {self})")
+
+
+def auto_split_k(m: int, n: int, k: int, cfg: GemvConfig, sm_count: int) -> int:
+    """Split-K that gives ~4 resident programs per SM without leaving a split with no K tile."""
+    if cfg.split_k:
+        return max(1, min(cfg.split_k, math.ceil(k / cfg.block_k)))
+    tiles_mn = math.ceil(n / cfg.block_n) * math.ceil(m / cfg.block_m)
+    k_tiles = math.ceil(k / cfg.block_k)
+    want = 4 * sm_count
+    split = 1
+    while split * 2 <= k_tiles and tiles_mn * split < want:
+        split *= 2
+    return split
+
+
+def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvConfig]:
+    """Autotune space of the decode kernel (first entry is the default). `group_k`: scale group along K
+    (128 block, 32 mx, 0 none)."""
+    m = problem.m
+    wide = target.is_cuda and target.has_wgmma  # H100/H200-class bandwidth: bigger tiles in flight
+    space: list[GemvConfig]
+    if m <= 2:
+        bm = 1 if m == 1 else 2
+        space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 256, 0, 4), GemvConfig(bm, 32, 512, 0, 4),
+                 GemvConfig(bm, 16, 512, 0, 4), GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 8)]
+    elif m <= 8:
+        bm = 4 if m <= 4 else 8
+        space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 128, 0, 4), GemvConfig(16, 64, 128, 0, 4),
+                 GemvConfig(bm, 16, 256, 0, 4), GemvConfig(16, 128, 128, 0, 4)]
+    else:
+        bm = 16 if m <= 16 else (32 if m <= 32 else 64)
+        space = [GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 4), GemvConfig(bm, 32, 128, 0, 4),
+                 GemvConfig(bm, 64, 128, 0, 4, 3), GemvConfig(bm, 128, 64, 0, 4)]
+    if wide:
+        space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] if c.num_stages == 1]
+    if problem.act.value == "fp8":
+        # Row-wise fusion (per-token / per-tensor) rereads whole x rows in every program: fine for M <= 4.
+        if group_k != 128 and m > 4:
+            space = [dataclasses.replace(c, fuse_act_quant=False) for c in space]
+        else:
+            space = space + [dataclasses.replace(space[0], fuse_act_quant=False)]
+    seen: list[GemvConfig] = []
+    for c in space:
+        if c not in seen and not c.legal_for(group_k):
+            seen.append(c)
+    return seen
+
+
+def default_act_quant_config(target: Target) -> ActQuantConfig:
+    return ActQuantConfig(block=2048 if target.has_wgmma else 1024, num_warps=4)

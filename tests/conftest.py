@@ -1,0 +1,39 @@
+"""Shared test setup: hypothesis profiles, the GPU marker, and paths to the shared real data."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+# CI profile: bounded examples, no deadline (the Triton interpreter and first compiles are slow).
+settings.register_profile("ci", max_examples=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("gpu", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = pathlib.Path(os.environ.get("FP8DISPATCH_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU (marked gpu); runs on the lent H200 via tools/gpu_suite.sh")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def weights_dir():
+    d = SHARED_DATA / "weights"
+    if not d.is_dir():
+        pytest.skip(f"real weight matrices not found at {d} (set FP8DISPATCH_SHARED_DATA)")
+    return d

@@ -1,0 +1,87 @@
+"""QWeight: layouts are types; a wrong layout is an error at construction, never a wrong result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import Act, Format, FormatError, QWeight, quantize
+
+
+def _codes(n, k):
+    return torch.randint(0, 0x7E, (n, k), dtype=torch.uint8).view(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("fmt, scale", [
+    ("fp8_block", torch.ones(2, 5)),
+    ("fp8_tensor", torch.ones(())),
+    ("fp8_row", torch.ones(130)),
+    ("mxfp8", torch.full((130, 19), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)),
+])
+def test_valid_layouts(fmt, scale):
+    qw = QWeight(fmt, None, _codes(130, 600), scale)
+    assert qw.format is Format.parse(fmt) and qw.shape == (130, 600)
+
+
+@pytest.mark.parametrize("fmt, scale, match", [
+    ("fp8_block", torch.ones(5, 2), r"\[2, 5\]"),  # transposed block scales: same numel, wrong layout
+    ("fp8_block", torch.ones(130 // 128, 600 // 128), r"\[2, 5\]"),  # floor instead of ceil
+    ("fp8_tensor", torch.ones(1), r"shape \[\]"),
+    ("fp8_row", torch.ones(130, 1), r"\[130\]"),
+    ("fp8_row", torch.ones(130, dtype=torch.bfloat16), "float32"),
+    ("mxfp8", torch.ones(130, 19), "float8_e8m0fnu"),
+    ("mxfp8", torch.full((130, 18), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu), r"\[130, 19\]"),
+])
+def test_wrong_scale_layout_is_an_error(fmt, scale, match):
+    with pytest.raises(FormatError, match=match):
+        QWeight(fmt, None, _codes(130, 600), scale)
+
+
+def test_other_construction_errors():
+    with pytest.raises(FormatError, match="float8_e4m3fn"):
+        QWeight("fp8_row", None, torch.zeros(4, 4, dtype=torch.uint8), torch.ones(4))
+    with pytest.raises(FormatError, match="2-D"):
+        QWeight("fp8_tensor", None, _codes(4, 4)[0], torch.ones(()))
+    with pytest.raises(FormatError, match="contiguous"):
+        QWeight("fp8_tensor", None, _codes(4, 8)[:, ::2], torch.ones(()))
+    with pytest.raises(dispatch.UnsupportedError):
+        QWeight("mxfp8", "fp8", _codes(4, 32), torch.zeros(4, 1, dtype=torch.uint8).view(torch.float8_e8m0fnu))
+
+
+def test_require_checks_the_tag():
+    qw = quantize(torch.randn(4, 32), "fp8_row")
+    assert qw.require(Format.FP8_ROW) is qw
+    with pytest.raises(FormatError, match="fp8_block"):
+        qw.require(Format.FP8_BLOCK)
+    with pytest.raises(FormatError):
+        qw.require(Format.FP8_ROW, Act.FP8)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block", "fp8_tensor", "fp8_row", "mxfp8"])
+def test_safetensors_round_trip(tmp_path, fmt):
+    from safetensors.torch import load_file, safe_open, save_file
+
+    qw = quantize(torch.randn(130, 200), fmt)
+    path = str(tmp_path / "w.safetensors")
+    save_file(qw.to_dict(), path, metadata=qw.metadata())
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+    back = QWeight.from_dict(load_file(path), meta)
+    assert back.format is qw.format and back.act is qw.act
+    assert torch.equal(back.qdata.view(torch.uint8), qw.qdata.view(torch.uint8))
+    assert torch.equal(back.scale.reshape(-1).view(torch.uint8), qw.scale.reshape(-1).view(torch.uint8))
+    with pytest.raises(FormatError, match="missing key"):
+        QWeight.from_dict({"qdata": qw.qdata}, meta)
+
+
+def test_to_device_is_identity_on_same_device():
+    qw = quantize(torch.randn(4, 32), "fp8_block")
+    assert qw.to("cpu") is qw
+    assert qw.nbytes == 4 * 32 + 4
+
+
+def test_strings_and_enums_are_interchangeable():
+    assert Format.parse("FP8_ROW") is Format.FP8_ROW
+    assert str(Format.MXFP8) == "mxfp8"
+    assert Act.parse("bf16") is Act.BF16

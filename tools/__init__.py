@@ -1,0 +1,1 @@
+"""Command-line tools: demo, isa_report, bench, autotune, accuracy (run as `python -m tools.<name>`)."""
