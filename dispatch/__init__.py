@@ -21,3 +21,14 @@ __all__ = [
     "MXScaleMode", "NoCandidateError", "QWeight", "TableError", "Target", "UnsupportedError", "dequantize",
     "from_checkpoint", "quantize", "quantize_activation", "reference",
 ]
+
+# dispatcher (dispatch helper)
+from . import registry, tables  # noqa: E402
+from .explain import Explanation, explain  # noqa: E402
+from .force import force  # noqa: E402
+from .linear import linear  # noqa: E402
+from .nn import FP8Linear, quantize_model  # noqa: E402
+from .select import Decision, select  # noqa: E402
+
+__all__ += ["Decision", "Explanation", "FP8Linear", "explain", "force", "linear", "quantize_model", "registry",
+            "select", "tables"]

@@ -23,9 +23,10 @@ FORCE_ENV = "FP8DISPATCH_FORCE"
 DENY_ENV = "FP8DISPATCH_DENY"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Policy:
-    """Which candidates may run. Hashable: it is part of the plan-cache key."""
+    """Which candidates may run. Part of the plan-cache key: instances are interned (`policy(...)`), so
+    identity hashing is both fast on the hot path and equal for equal policies."""
 
     force: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
@@ -51,7 +52,19 @@ class Policy:
         return bool(self.force or self.deny)
 
 
-_NO_POLICY = Policy()
+_interned: dict[tuple, Policy] = {}
+
+
+def policy(force: tuple[str, ...] = (), deny: tuple[str, ...] = (), origin: str = "") -> Policy:
+    """The one Policy instance for these values."""
+    key = (tuple(force), tuple(deny), origin)
+    p = _interned.get(key)
+    if p is None:
+        p = _interned.setdefault(key, Policy(*key))
+    return p
+
+
+_NO_POLICY = policy()
 _ctx: contextvars.ContextVar[Policy | None] = contextvars.ContextVar("fp8dispatch_force", default=None)
 _env_cache: dict[tuple[str, str], Policy] = {}
 
@@ -69,7 +82,7 @@ def _env_policy() -> Policy:
             p = _NO_POLICY
         else:
             origin = " and ".join(n for n, v in ((FORCE_ENV, f), (DENY_ENV, d)) if v)
-            p = Policy(_split(f), _split(d), origin)
+            p = policy(_split(f), _split(d), origin)
         _env_cache[key] = p
     return p
 
@@ -91,7 +104,7 @@ def force(*names: str, deny: Iterable[str] = ()) -> Iterator[Policy]:
     for n in names + deny_t:
         if not isinstance(n, str) or not n:
             raise TypeError("force()/deny names must be non-empty strings (backend or candidate id)")
-    new = Policy(tuple(names) if names else outer.force, outer.deny + deny_t,
+    new = policy(tuple(names) if names else outer.force, outer.deny + deny_t,
                  "dispatch.force()" if names or deny_t else outer.origin)
     token = _ctx.set(new)
     try:

@@ -33,16 +33,19 @@ generation = 0
 
 
 class _Registry:
-    def __init__(self, candidates: Sequence[Candidate], unavailable: dict[str, str]):
+    def __init__(self, candidates: Sequence[Candidate], unavailable: dict[str, str],
+                 unvalidated_backends: frozenset[str] = frozenset()):
         self.candidates = tuple(candidates)
         self.unavailable = dict(unavailable)
         self.by_id = {c.id: c for c in self.candidates}
+        self.unvalidated_backends = unvalidated_backends
 
 
 def _load() -> _Registry:
     cands: list[Candidate] = []
     unavailable: dict[str, str] = {}
     seen: set[str] = set()
+    unvalidated: set[str] = set()
     for backend, module in BACKEND_MODULES.items():
         try:
             mod = importlib.import_module(module)
@@ -50,12 +53,15 @@ def _load() -> _Registry:
         except Exception as e:  # a broken optional backend must not break the others; keep the reason
             unavailable[backend] = f"import of {module} failed: {type(e).__name__}: {e}"
             continue
+        # A backend whose kernels never ran on real hardware declares HARDWARE_VALIDATED = False.
+        if not getattr(mod, "HARDWARE_VALIDATED", True):
+            unvalidated.add(backend)
         for c in found:
             if c.id in seen:
                 raise AssertionError(f"duplicate candidate id {c.id!r} (from {module})")
             seen.add(c.id)
             cands.append(c)
-    return _Registry(cands, unavailable)
+    return _Registry(cands, unavailable, frozenset(unvalidated))
 
 
 def _current() -> _Registry:
@@ -81,6 +87,14 @@ def unavailable_backends() -> dict[str, str]:
     return dict(_current().unavailable)
 
 
+def hardware_validated(candidate: Candidate) -> bool:
+    """False when the candidate (class attribute `hardware_validated = False`) or its backend module
+    (`HARDWARE_VALIDATED = False`) declares that it has not yet run on real hardware."""
+    if not getattr(candidate, "hardware_validated", True):
+        return False
+    return candidate.backend not in _current().unvalidated_backends
+
+
 def get(candidate_id: str) -> Candidate | None:
     return _current().by_id.get(candidate_id)
 
@@ -101,11 +115,12 @@ def reload() -> None:
 
 
 @contextlib.contextmanager
-def use_candidates(cands: Sequence[Candidate], unavailable: dict[str, str] | None = None) -> Iterator[None]:
+def use_candidates(cands: Sequence[Candidate], unavailable: dict[str, str] | None = None,
+                   unvalidated_backends: Sequence[str] = ()) -> Iterator[None]:
     """Replace the candidate set (tests, experiments); restores the previous set on exit. Process-wide."""
     global _override
     prev = _override
-    _override = _Registry(cands, unavailable or {})
+    _override = _Registry(cands, unavailable or {}, frozenset(unvalidated_backends))
     bump_generation()
     try:
         yield

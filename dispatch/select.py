@@ -18,7 +18,7 @@ import threading
 from typing import Callable, Mapping, Sequence
 
 from .errors import NoCandidateError, TableError
-from .force import Policy
+from .force import Policy, policy as _policy
 from .heuristic import estimate_us
 from .problem import Candidate, KernelConfig, Problem
 from .tables import EMPTY, Entry, TableSet, Tier
@@ -111,11 +111,12 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
 
 
 def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidates: Sequence[Candidate] = (),
-           policy: Policy = Policy(), *, unavailable: Mapping[str, str] | None = None,
+           policy: Policy | None = None, *, unavailable: Mapping[str, str] | None = None,
            source_hash: Callable[[Candidate], str] | None = None) -> Decision:
     """Choose an implementation and config for `problem` on `target` (see the module docstring)."""
     if source_hash is None:
         from .registry import source_hash
+    policy = policy or _policy()
     ok, rejected = eligible(problem, target, candidates, policy, unavailable)
     if not ok:
         lines = "\n".join(f"  - {cid}: {why}" for cid, why in rejected) or "  (no candidates registered)"

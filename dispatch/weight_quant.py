@@ -3,6 +3,8 @@
 Memory: a weight is processed in row chunks of at most CHUNK_ELEMS values, so the transient memory beyond the
 input and the output stays near 4 fp32 temporaries of one chunk (~32 MB) whatever the weight's size.
 Per-tensor scaling needs the global amax first: one read pass for the amax, one for the codes.
+On CUDA tensors the fused Triton kernels of `kernels_triton.weight_quant` produce the same bits in one launch
+(FP8DISPATCH_QUANTIZER=torch forces the torch-ops path).
 
 Conventions (interoperate with checkpoints through these bits):
   fp8_block / fp8_tensor / fp8_row: s = fp32(max(amax, AMAX_FLOOR) / 448); q = e4m3_rne(clamp(w / s, +-448))
@@ -13,7 +15,9 @@ Conventions (interoperate with checkpoints through these bits):
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 import torch
 
@@ -87,6 +91,29 @@ def quantize(w: torch.Tensor, fmt: "Format | str", *, act: "str | None" = None,
     act_ = resolve_act(fmt, act)
     mode = MXScaleMode.parse(mx_scale_mode)
     _check_weight(w)
+    if w.device.type == "cuda" and os.environ.get("FP8DISPATCH_QUANTIZER", "kernel") != "torch":
+        kernel = _gpu_quantizer()
+        if kernel is not None:
+            from .target import detect
+
+            qdata, scale, bad = kernel(w, fmt, mode, hw_fp8=detect(w.device).has_triton_fp8_dtype)
+            if int(bad) == 0:  # load time: this one host sync is fine; the torch path below says where
+                return QWeight(fmt, act_, qdata, scale)
+    return _quantize_torch(w, fmt, act_, mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_quantizer():
+    """The fused Triton quantizer (kernels_triton.weight_quant), or None where Triton cannot be imported."""
+    try:
+        from kernels_triton.weight_quant import quantize_weight
+    except Exception:  # no Triton on this platform: the torch-ops path is complete on its own
+        return None
+    return quantize_weight
+
+
+def _quantize_torch(w: torch.Tensor, fmt: Format, act_, mode: MXScaleMode) -> QWeight:
+    """Reference quantizer in torch ops, in row chunks (bounded transient memory), on any device."""
     n, k = w.shape
     dev = w.device
     qdata = torch.empty((n, k), dtype=torch.float8_e4m3fn, device=dev)

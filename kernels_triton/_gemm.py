@@ -155,6 +155,8 @@ def _w8a16_gemm_kernel(
     w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
     if WSCALE == _W_MX32:
         ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
+        offs_g = tl.arange(0, BLOCK_K // _MX)
+        mx_groups = tl.cdiv(K, _MX)
     if WSCALE == _W_BLOCK128:
         ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
     if SWAP_AB:
@@ -169,9 +171,14 @@ def _w8a16_gemm_kernel(
         codes = tl.load(w_ptrs, mask=kmask, other=0.0)
         if WSCALE == _W_MX32 and MX_PRESCALE:
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16
-            # unless it underflows: module docstring).
-            e = tl.load(ws_row[:, None] + (k0 + offs_k[None, :]) // _MX, mask=kmask, other=127)
-            w = (_decode_codes(codes, HW_FP8, tl.float32) * e8m0_to_f32(e)).to(DTYPE)
+            # unless it underflows: module docstring). The [BLOCK_N, BLOCK_K // 32] exponents are
+            # broadcast along K in registers (not gathered per element) so the product is formed in the
+            # MMA operand layout; groups past K read code 0 (their weight codes are masked to 0).
+            g = k0 // _MX + offs_g
+            e = tl.load(ws_row[:, None] + g[None, :], mask=g[None, :] < mx_groups, other=0)
+            s = tl.reshape(tl.broadcast_to(e8m0_to_f32(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
+                           (BLOCK_N, BLOCK_K))
+            w = (_decode_codes(codes, HW_FP8, tl.float32) * s).to(DTYPE)
         else:
             w = _decode_codes(codes, HW_FP8, DTYPE)
         if WSCALE == _W_BLOCK128:

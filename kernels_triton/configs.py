@@ -58,8 +58,14 @@ class GemvConfig(KernelConfig):
     def use_dot(self) -> bool:
         return self.block_m > FMA_MAX_BLOCK_M
 
-    def legal_for(self, group_k: int) -> str:
-        """'' if this config can serve scales grouped `group_k` along K (0: no K groups), else why not."""
+    def legal_for(self, group_k: int, fused_groups: bool = False) -> str:
+        """'' if this config can serve scales grouped `group_k` along K (0: no K groups), else why not.
+        `fused_groups`: W8A8 quantizing 1x128 x groups in-kernel (each tile must hold whole groups)."""
+        if fused_groups and self.fuse_act_quant:
+            if self.use_dot and self.block_k != 128:
+                return f"fused 1x128 activation groups on the tensor-core path need block_k == 128 (got {self.block_k})"
+            if not self.use_dot and self.block_k % 128:
+                return f"fused 1x128 activation groups need block_k a multiple of 128 (got {self.block_k})"
         if self.use_dot and group_k == 128 and 128 % self.block_k:
             return f"block128 scales multiply whole K tiles on the tensor-core path: block_k must divide 128 (got {self.block_k})"
         if group_k and self.block_k < group_k and group_k % self.block_k:
@@ -125,7 +131,7 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             space = space + [dataclasses.replace(space[0], fuse_act_quant=False)]
     seen: list[GemvConfig] = []
     for c in space:
-        if c not in seen and not c.legal_for(group_k):
+        if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):
             seen.append(c)
     return seen
 

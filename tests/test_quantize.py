@@ -13,7 +13,7 @@ import dispatch
 import dispatch.weight_quant as qmod
 from dispatch import Format, FormatError, dequantize, quantize
 
-from oracle import codes_of, e4m3_decode, mx_exponent, quant_codes, scale
+from oracle import codes_of, mx_exponent, quant_codes, scale
 
 KS = [1, 31, 32, 33, 127, 128, 129, 576]
 NS = [1, 2, 127, 192, 257]

@@ -14,6 +14,12 @@
 #include <hip/hip_runtime.h>
 #endif
 
+// Flags portability.cuh reads. Hardware fp8 conversion on every arch in the table; no mma.sync-shaped fp8
+// instruction (RDNA4's matrix op has other fragments: the W8A8 path that uses it is w8a8_wmma_gfx12.hip).
+#define FP8D_HW_CVT 1
+#define FP8D_HAS_FP8_MMA 0
+#define FP8D_VENDOR_MMA 0
+
 // A CUDA warp and a gfx12 wave32 are the same width, so sources written for 32 lanes run unchanged.
 #define FP8D_WARP_SIZE FP8D_HW_WAVE_SIZE
 
@@ -65,16 +71,22 @@ __device__ __forceinline__ unsigned fp8d_encode4(float a, float b, float c, floa
 // --- Wave reductions ------------------------------------------------------------------------------
 // Butterfly over all lanes through ds_bpermute (what HIP's __shfl_xor compiles to): every lane ends
 // with the result. No LDS allocation is involved; bpermute only uses the LDS crossbar.
-__device__ __forceinline__ float fp8d_shfl_xor(float v, int mask) {
-  const int lane = (int)__builtin_amdgcn_mbcnt_lo(~0u, 0u)
+__device__ __forceinline__ int fp8d_lane_id() {
 #if FP8D_HW_WAVE_SIZE == 64
-                   + 0 * (int)__builtin_amdgcn_mbcnt_hi(~0u, 0u);
-  const int src = ((int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u))) ^ mask;
+  return (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
 #else
-      ;
-  const int src = lane ^ mask;
+  return (int)__builtin_amdgcn_mbcnt_lo(~0u, 0u);
 #endif
+}
+
+__device__ __forceinline__ float fp8d_shfl_xor(float v, int mask) {
+  const int src = fp8d_lane_id() ^ mask;
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
+}
+
+// Read `v` of lane `src` (HIP's __shfl, without its width argument).
+__device__ __forceinline__ unsigned fp8d_shfl_idx(unsigned v, int src) {
+  return (unsigned)__builtin_amdgcn_ds_bpermute(src << 2, (int)v);
 }
 
 __device__ __forceinline__ float fp8d_warp_sum(float v) {
@@ -111,4 +123,11 @@ __device__ __forceinline__ unsigned short fp8d_f32_to_bf16_bits(float f) {
 }
 __device__ __forceinline__ float fp8d_bf16_bits_to_f32(unsigned short h) {
   return __builtin_bit_cast(float, (unsigned)h << 16);
+}
+// _Float16 is clang's native half on amdgcn: v_cvt_f16_f32 rounds to nearest even, v_cvt_f32_f16 is exact.
+__device__ __forceinline__ unsigned short fp8d_f32_to_f16_bits(float f) {
+  return __builtin_bit_cast(unsigned short, (_Float16)f);
+}
+__device__ __forceinline__ float fp8d_f16_bits_to_f32(unsigned short h) {
+  return (float)__builtin_bit_cast(_Float16, h);
 }

@@ -98,6 +98,7 @@ __device__ inline bool isnan(float x) { return __builtin_isnan(x); }
 __device__ inline bool isinf(float x) { return __builtin_isinf(x); }
 __device__ inline bool isfinite(float x) { return __builtin_isfinite(x); }
 __device__ inline float __fdiv_rn(float a, float b) { return a / b; }  // HIP default: correctly rounded
+__device__ inline int __float2int_rn(float x) { return (int)__builtin_rintf(x); }  // RNE (default mode)
 __device__ inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
 __device__ inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ inline int __float_as_int(float x) { return __builtin_bit_cast(int, x); }

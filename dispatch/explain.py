@@ -1,0 +1,91 @@
+"""`dispatch.explain(x_or_shape, qw, target=None)`: what `dispatch.linear` runs for these arguments and why.
+
+Works without a GPU: pass `target=Target.simulated_for("sm_90")` (or "sm_80", "sm_89", "gfx1201") to see the
+decision a deployment would get. The decision is computed by the same `select` call `linear` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from . import force as _force
+from . import registry
+from .formats import QWeight
+from .linear import _problem, fast_bucket
+from .problem import Problem
+from .select import Decision, select
+from .tables import TableSet, tables_for
+from .target import Target, detect
+
+NOT_RUN_ON_HARDWARE = "not yet run on hardware"
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    m: int
+    problem: Problem
+    target: Target
+    decision: Decision
+    tables: TableSet
+    unvalidated: frozenset[str]  # candidate ids whose backend has not run on hardware
+
+    @property
+    def candidate_id(self) -> str:
+        return self.decision.candidate_id
+
+    def _tag(self, cid: str) -> str:
+        return f" [{NOT_RUN_ON_HARDWARE}]" if cid in self.unvalidated else ""
+
+    def __str__(self) -> str:
+        p, t, d = self.problem, self.target, self.decision
+        dt = lambda x: str(x).replace("torch.", "")  # noqa: E731
+        lines = [
+            f"problem: {p.fmt}/{p.act} M={self.m} (M bucket {p.bucket}) N={p.n} K={p.k} x={dt(p.x_dtype)} "
+            f"out={dt(p.out_dtype)} bias={'yes' if p.has_bias else 'no'}",
+            f"target:  {t.arch} {t.device_name}{' (simulated)' if t.simulated else ''}, torch {t.torch_version}, "
+            f"triton {t.triton_version or '-'}, runtime {t.runtime_version or '-'}",
+            f"chosen:  {d.candidate_id}{self._tag(d.candidate_id)} config {d.config}",
+            f"from:    {d.source}: {d.detail}",
+        ]
+        pol = _force.current()
+        if pol.active:
+            lines.append(f"policy:  force={list(pol.force)} deny={list(pol.deny)} ({pol.origin})")
+        if d.estimates:
+            lines.append("estimates: " + ", ".join(f"{cid} {us:g} us{self._tag(cid)}" for cid, us in d.estimates))
+        lines.append("rejected:" if d.rejected else "rejected: none")
+        lines += [f"  - {cid}: {why}{self._tag(cid)}" for cid, why in d.rejected]
+        if d.skipped_entries:
+            lines.append("table entries skipped:")
+            lines += [f"  - {s}" for s in d.skipped_entries]
+        tiers = ", ".join(f"{tr.name}:{tr.table.path}" for tr in self.tables.tiers) or "none"
+        lines.append(f"tables:  {tiers}")
+        for path, why in self.tables.skipped:
+            lines.append(f"  - not applicable: {path}: {why}")
+        return "\n".join(lines)
+
+
+def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, target: Target | None = None, *,
+            bias: bool = False, out_dtype: torch.dtype | None = None,
+            x_dtype: torch.dtype | None = None) -> Explanation:
+    """Explain the choice for activations `x_or_shape` ([..., K] tensor, a shape, or M) and weight `qw`."""
+    if isinstance(x_or_shape, torch.Tensor):
+        shape, xd = tuple(x_or_shape.shape), x_or_shape.dtype
+        dev = x_or_shape.device
+    else:
+        shape = (int(x_or_shape), qw.in_features) if isinstance(x_or_shape, int) else tuple(x_or_shape)
+        xd, dev = torch.bfloat16, qw.device
+    xd = x_dtype or xd
+    m = 1
+    for s in shape[:-1]:
+        m *= int(s)
+    target = target or detect(dev)
+    problem = _problem(qw, fast_bucket(max(m, 1)), xd, out_dtype or xd, bias)
+    tables = tables_for(target)
+    cands = registry.candidates()
+    decision = select(problem, target, tables, cands, _force.current(),
+                      unavailable=registry.unavailable_backends())
+    unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c))
+    return Explanation(m, problem, target, decision, tables, unvalidated)

@@ -1,0 +1,160 @@
+"""`dispatch.linear(x, qw, bias=None, out_dtype=None)`: the call, with a per-weight plan cache.
+
+Hot path (eager): a few attribute reads, one tuple key, one dict lookup in `qw._cache`, then the chosen
+kernel. Plans are keyed by (M bucket, x dtype, out dtype, bias?, force/deny policy, registry generation);
+the weight's device is fixed per QWeight. A miss builds the plan under a lock: detect the target, load the
+tables, `select(...)`, run the candidate's load-time `prepare(qw)` once per candidate and weight.
+
+Inputs: x [..., K] with any leading dims (M = prod of them, M = 0 gives an empty [..., N]); non-contiguous
+x is copied to a contiguous [M, K] (reshape). bf16 and fp16 are the kernel dtypes. fp32 x is accepted and
+handed to the candidates as fp32: those that declare fp32 support run it (torch._scaled_mm quantizes it
+directly, dequantize-then-GEMM computes in fp32/TF32 per torch's matmul precision setting), the others
+reject it, and the reference path (fp32 math) is the fallback; no silent downcast happens.
+out_dtype defaults to x.dtype.
+
+No host synchronization, no branching on tensor values: safe inside CUDA-graph capture once the plan for
+that M bucket exists (build it with one eager call before capture: the plan build itself may allocate and
+run the weight's one-time preparation, which must not be captured). Under torch.compile the call becomes
+the custom op `fp8dispatch::linear` (dispatch.ops) with a fake implementation, so fullgraph=True holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from . import force as _force
+from . import registry
+from .errors import FormatError, UnsupportedError
+from .formats import QWeight
+from .problem import M_BUCKETS, Candidate, KernelConfig, Problem
+from .select import Decision, select
+from .tables import tables_for
+from .target import Target, detect
+
+PLANS_KEY = "dispatch.plans"
+PREPARED_KEY = "dispatch.prepared"
+_MAX_BUCKET = M_BUCKETS[-1]
+_lock = threading.RLock()
+
+
+class Plan(NamedTuple):
+    run: Callable[..., torch.Tensor]
+    prepared: Any
+    config: KernelConfig
+    decision: Decision
+
+
+def fast_bucket(m: int) -> int:
+    """== problem.m_bucket(m) for the power-of-two bucket list, in O(1)."""
+    b = 1 << max(0, (m - 1).bit_length())
+    return b if b < _MAX_BUCKET else _MAX_BUCKET
+
+
+def _check(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype | None) -> None:
+    from .reference import check_linear_args
+
+    check_linear_args(x, qw, bias)
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise FormatError(f"x must be bf16, fp16 or fp32, got {x.dtype}")
+    if out_dtype is not None and out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise FormatError(f"out_dtype must be bf16, fp16 or fp32, got {out_dtype}")
+
+
+def _problem(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool) -> Problem:
+    n, k = qw.shape
+    # Plans are shared by every M of a bucket, so candidates are asked about the bucket's largest M.
+    return Problem(qw.format, qw.act, bucket, n, k, x_dtype, out_dtype, has_bias)
+
+
+def plan_for(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+             policy: _force.Policy, target: Target | None = None) -> Plan:
+    """Build (or fetch) the plan of one weight for one key. Thread-safe."""
+    with _lock:
+        target = target or detect(qw.device)
+        problem = _problem(qw, bucket, x_dtype, out_dtype, has_bias)
+        decision = select(problem, target, tables_for(target), registry.candidates(), policy,
+                          unavailable=registry.unavailable_backends())
+        cand = registry.get(decision.candidate_id)
+        assert cand is not None, decision.candidate_id
+        return Plan(cand.run, _prepared(qw, cand), decision.config, decision)
+
+
+def _prepared(qw: QWeight, cand: Candidate) -> Any:
+    prep = qw._cache.setdefault(PREPARED_KEY, {})
+    if cand.id not in prep:
+        if qw.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise UnsupportedError(
+                f"dispatch.linear: the first call for this weight with {cand.id} happens inside CUDA-graph "
+                "capture, and its one-time weight preparation must not be captured; call the layer once "
+                "eagerly with the same M (any value in the same M bucket) before capturing")
+        prep[cand.id] = cand.prepare(qw)
+    return prep[cand.id]
+
+
+def linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ W.T (+ bias) with the weight's format semantics (see dispatch.reference)."""
+    if torch.compiler.is_compiling():
+        from .ops import linear_op
+
+        return linear_op(x, qw.qdata, qw.scale, qw.format.value, qw.act.value, bias, out_dtype)
+    return _linear(x, qw, bias, out_dtype)
+
+
+def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
+            _policy: "_force.Policy | None" = None) -> torch.Tensor:
+    try:
+        shape = x.shape
+        k = shape[-1]
+        qd = qw.qdata
+        n = qd.shape[0]
+        ok = k == qd.shape[1] and x.device == qd.device
+    except (AttributeError, IndexError, TypeError):
+        ok = False
+    if not ok:
+        _check(x, qw, bias, out_dtype)  # raises the precise error
+        raise AssertionError("unreachable")
+    m = x.numel() // k
+    out_dtype = out_dtype or x.dtype
+    if m == 0:
+        _check(x, qw, bias, out_dtype)
+        return x.new_empty((*shape[:-1], n), dtype=out_dtype)
+    bucket = fast_bucket(m)
+    policy = _force.current() if _policy is None else _policy
+    key = (bucket, x.dtype, out_dtype, bias is not None, policy, registry.generation)
+    plans = qw._cache.get(PLANS_KEY)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        _check(x, qw, bias, out_dtype)
+        with _lock:
+            plans = qw._cache.setdefault(PLANS_KEY, {})
+            plan = plans.get(key)
+            if plan is None:
+                plan = plan_for(qw, bucket, x.dtype, out_dtype, bias is not None, policy)
+                plans[key] = plan
+        from .ops import remember
+
+        remember(qw)
+    x2d = x.reshape(m, k)
+    if not x2d.is_contiguous():
+        x2d = x2d.contiguous()
+    y = plan.run(x2d, qw, plan.prepared, bias, out_dtype, plan.config)
+    return y.view(*shape[:-1], n)
+
+
+def decision_for(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
+                 out_dtype: torch.dtype | None = None) -> Decision:
+    """The decision `linear` uses (or would use) for these arguments here."""
+    m = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    policy = _force.current()
+    return plan_for(qw, fast_bucket(max(m, 1)), x.dtype, out_dtype or x.dtype, bias is not None, policy).decision
+
+
+def clear_plans(qw: QWeight) -> None:
+    """Forget a weight's plans and prepared layouts (e.g. after changing tables in place)."""
+    with _lock:
+        qw._cache.pop(PLANS_KEY, None)
+        qw._cache.pop(PREPARED_KEY, None)

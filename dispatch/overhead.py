@@ -1,0 +1,56 @@
+"""Host-overhead micro-benchmark: what `dispatch.linear` adds on top of the chosen kernel's own launch.
+
+    from dispatch.overhead import host_overhead
+    r = host_overhead(qw, m=1)   # {'linear_us': ..., 'direct_us': ..., 'overhead_us': ..., 'candidate': ...}
+
+Both loops run the same plan; `direct` calls the candidate's `run` with the prepared weight (what a
+hand-wired kernel call costs), `linear` goes through the dispatcher. CPU wall time per call, median of
+`rounds` interleaved rounds. On a GPU the device work is tiny per call (M = 1) and the queue is drained
+between rounds, so CPU time is launch time. The target is overhead_us <= 2.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from . import force as _force
+from .formats import QWeight
+from .linear import PLANS_KEY, _linear, fast_bucket
+
+
+def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat16, iters: int = 200,
+                  rounds: int = 15, bias: bool = False) -> dict[str, float | str]:
+    dev = qw.device
+    x = torch.randn(m, qw.in_features, device=dev, dtype=dtype)
+    b = torch.randn(qw.out_features, device=dev, dtype=dtype) if bias else None
+    _linear(x, qw, b, None)  # build the plan
+    key = (fast_bucket(m), dtype, dtype, b is not None, _force.current())
+    plan = next(p for k, p in qw._cache[PLANS_KEY].items() if k[:5] == key)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def direct() -> None:
+        for _ in range(iters):
+            plan.run(x, qw, plan.prepared, b, dtype, plan.config)
+
+    def via() -> None:
+        for _ in range(iters):
+            _linear(x, qw, b, None)
+
+    lin, dir_ = [], []
+    for _ in range(3):
+        direct()
+        via()
+    sync()
+    for _ in range(rounds):
+        for fn, out in ((direct, dir_), (via, lin)):
+            sync()
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) / iters * 1e6)
+    sync()
+    lu, du = statistics.median(lin), statistics.median(dir_)
+    return {"linear_us": lu, "direct_us": du, "overhead_us": lu - du, "candidate": plan.decision.candidate_id,
+            "m": m, "device": str(dev)}

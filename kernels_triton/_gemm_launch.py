@@ -1,0 +1,142 @@
+"""Launchers of the Triton prefill GEMMs: tensor checks, the views each kernel variant reads, the grid.
+
+No host synchronization and no branch on tensor values: everything here depends on shapes, dtypes and
+the config only, so a launch can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from dispatch.errors import FormatError, UnsupportedError
+from dispatch.formats import Format, QWeight
+
+from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
+from ._gemm_config import GemmConfig
+from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
+
+X_DTYPES = (torch.bfloat16, torch.float16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_FP8 = torch.float8_e4m3fn
+
+
+def codes_view(t: torch.Tensor, hw_fp8: bool) -> torch.Tensor:
+    """e4m3 codes as the kernel variant reads them: fp8e4nv with hardware fp8, else uint8 (sm_80)."""
+    if t.dtype not in (_FP8, torch.uint8):
+        raise FormatError(f"expected e4m3 codes (torch.float8_e4m3fn or uint8), got {t.dtype}")
+    want = _FP8 if hw_fp8 else torch.uint8
+    return t if t.dtype == want else t.view(want)
+
+
+def _weight_scale_args(qw: QWeight) -> tuple[torch.Tensor, int]:
+    """(scale tensor as the kernel reads it, its row stride)."""
+    s = qw.scale
+    if qw.format is Format.MXFP8:
+        s = s.view(torch.uint8)  # e8m0 code; the kernel builds 2^(code - 127) from bits
+    stride = s.stride(0) if s.dim() == 2 else 0
+    return s, stride
+
+
+def _check_common(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype) -> None:
+    n, k = qw.shape
+    if x.dim() != 2 or x.shape[1] != k or x.shape[0] < 1:
+        raise FormatError(f"x must be [M >= 1, K = {k}], got {tuple(x.shape)}")
+    if x.stride(1) != 1:
+        raise FormatError("x must have a contiguous last dimension (call .contiguous())")
+    if x.device != qw.device:
+        raise FormatError(f"x is on {x.device} but the weight is on {qw.device}")
+    if out_dtype not in OUT_DTYPES:
+        raise UnsupportedError(f"out_dtype {out_dtype} is not supported by the Triton GEMM; use one of {OUT_DTYPES}")
+    if bias is not None and (bias.shape != (n,) or not bias.is_contiguous() or bias.device != x.device):
+        raise FormatError(f"bias must be a contiguous [{n}] tensor on {x.device}, got {tuple(bias.shape)}")
+
+
+def _grid(m: int, n: int, cfg: GemmConfig) -> tuple[int]:
+    return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+
+
+def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
+               config: GemmConfig, *, hw_fp8: bool, dot_f32: bool = False) -> torch.Tensor:
+    """y[M, N] = x @ dequantize(qw)^T (+ bias), x bf16/fp16 [M, K]; any weight format.
+
+    hw_fp8=False runs the sm_80 variant (uint8 codes, software decode) on any GPU. dot_f32=True is the
+    CPU-interpreter path (fp32 IEEE dots); it is not a GPU validation.
+    """
+    _check_common(x, qw, bias, out_dtype)
+    if x.dtype not in X_DTYPES:
+        raise UnsupportedError(f"W8A16 GEMM takes bf16/fp16 activations, got {x.dtype}")
+    wscale = W8A16_LAYOUT[qw.format]
+    fp16_x = x.dtype == torch.float16
+    why = config.legal_for_w8a16(wscale, fp16_x)
+    if why:
+        raise UnsupportedError(f"GemmConfig {config} cannot run W8A16 {qw.format}: {why}")
+    m, k = x.shape
+    n = qw.out_features
+    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    ws, stride_ws = _weight_scale_args(qw)
+    _w8a16_gemm_kernel[_grid(m, n, config)](
+        x, codes_view(qw.qdata, hw_fp8), ws, bias if bias is not None else y, y,
+        m, n, k,
+        x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
+        WSCALE=int(wscale), MX_PRESCALE=(wscale is WScale.MX32 and not fp16_x), HAS_BIAS=bias is not None,
+        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return y
+
+
+def _act_scale_args(scales: A8Scales, xs: torch.Tensor, m: int, k: int) -> tuple[torch.Tensor, int]:
+    """Validate the activation scale layout of `scales` and return (tensor, row stride)."""
+    if scales is A8Scales.TENSOR_TENSOR:
+        if xs.numel() != 1:
+            raise FormatError(f"per-tensor activation scale must have one element, got shape {tuple(xs.shape)}")
+        return xs, 0
+    if scales is A8Scales.TOKEN_ROW:
+        if xs.numel() != m:
+            raise FormatError(f"per-token activation scales must be [M, 1] = [{m}, 1], got {tuple(xs.shape)}")
+        xs = xs.reshape(m)
+        return xs, xs.stride(0)
+    groups = triton.cdiv(k, 128)
+    if xs.numel() != m * groups:
+        raise FormatError(f"1x128 activation scales must be [M, ceil(K/128)] = [{m}, {groups}], "
+                          f"got {tuple(xs.shape)}")
+    xs = xs.reshape(m, groups)
+    if xs.stride(1) != 1:
+        xs = xs.contiguous()
+    return xs, xs.stride(0)
+
+
+def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tensor | None,
+              out_dtype: torch.dtype, config: GemmConfig, *, hw_fp8: bool,
+              dot_f32: bool = False) -> torch.Tensor:
+    """y[M, N] = (xq * xs) @ dequantize(qw)^T (+ bias) from already-quantized activations.
+
+    (xq, xs) are what `dispatch.quantize_activation(x, qw.act_granularity)` (or the fused Triton
+    act-quant kernels) return: xq e4m3 [M, K] (float8_e4m3fn or uint8 codes), xs fp32 in the layout of
+    the weight format's activation granularity.
+    """
+    if qw.format not in W8A8_LAYOUT:
+        raise UnsupportedError(f"format {qw.format} has no W8A8 GEMM (use the W8A16 GEMM)")
+    _check_common(xq, qw, bias, out_dtype)
+    if xs.dtype != torch.float32 or xs.device != xq.device:
+        raise FormatError(f"activation scales must be float32 on {xq.device}, got {xs.dtype} on {xs.device}")
+    scales = W8A8_LAYOUT[qw.format]
+    why = config.legal_for_w8a8(scales)
+    if why:
+        raise UnsupportedError(f"GemmConfig {config} cannot run W8A8 {qw.format}: {why}")
+    m, k = xq.shape
+    n = qw.out_features
+    xs_t, stride_xs = _act_scale_args(scales, xs, m, k)
+    ws, stride_ws = _weight_scale_args(qw)
+    y = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    _w8a8_gemm_kernel[_grid(m, n, config)](
+        codes_view(xq, hw_fp8), xs_t, codes_view(qw.qdata, hw_fp8), ws, bias if bias is not None else y, y,
+        m, n, k,
+        xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws,
+        SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return y

