@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from . import force as _force
+from .force import Policy, current as current_policy
 from . import registry
 from .formats import QWeight
 from .linear import _problem, fast_bucket
@@ -50,7 +50,7 @@ class Explanation:
             f"chosen:  {d.candidate_id}{self._tag(d.candidate_id)} config {d.config}",
             f"from:    {d.source}: {d.detail}",
         ]
-        pol = _force.current()
+        pol = current_policy()
         if pol.active:
             lines.append(f"policy:  force={list(pol.force)} deny={list(pol.deny)} ({pol.origin})")
         if d.estimates:
@@ -85,7 +85,7 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
     problem = _problem(qw, fast_bucket(max(m, 1)), xd, out_dtype or xd, bias)
     tables = tables_for(target)
     cands = registry.candidates()
-    decision = select(problem, target, tables, cands, _force.current(),
+    decision = select(problem, target, tables, cands, current_policy(),
                       unavailable=registry.unavailable_backends())
     unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c))
     return Explanation(m, problem, target, decision, tables, unvalidated)

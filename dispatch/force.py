@@ -6,7 +6,8 @@
     FP8DISPATCH_FORCE=triton   FP8DISPATCH_DENY=cuda,torch.dequant_mm   (comma-separated)
 
 A name is a backend ("triton") or a candidate id ("triton.w8a16_splitk"); a trailing "*" matches a prefix.
-The context manager overrides FP8DISPATCH_FORCE inside its block; denials from both add up.
+The context manager overrides FP8DISPATCH_FORCE inside its block; denials from both add up. The environment is
+read once, at the first dispatch (the hot path cannot afford os.environ lookups); `reload_env()` re-reads it.
 The state lives in a `contextvars.ContextVar`, so threads and asyncio tasks do not see each other's forcing.
 """
 
@@ -66,25 +67,36 @@ def policy(force: tuple[str, ...] = (), deny: tuple[str, ...] = (), origin: str 
 
 _NO_POLICY = policy()
 _ctx: contextvars.ContextVar[Policy | None] = contextvars.ContextVar("fp8dispatch_force", default=None)
-_env_cache: dict[tuple[str, str], Policy] = {}
 
 
 def _split(s: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in s.split(",") if p.strip())
 
 
+_env_snapshot: Policy | None = None
+
+
 def _env_policy() -> Policy:
-    f, d = os.environ.get(FORCE_ENV, ""), os.environ.get(DENY_ENV, "")
-    key = (f, d)
-    p = _env_cache.get(key)
+    # Read once per process (os.environ lookups cost ~1 us each, too much for the hot path);
+    # reload_env() re-reads after the variables change.
+    global _env_snapshot
+    p = _env_snapshot
     if p is None:
+        f, d = os.environ.get(FORCE_ENV, ""), os.environ.get(DENY_ENV, "")
         if not f and not d:
             p = _NO_POLICY
         else:
             origin = " and ".join(n for n, v in ((FORCE_ENV, f), (DENY_ENV, d)) if v)
             p = policy(_split(f), _split(d), origin)
-        _env_cache[key] = p
+        _env_snapshot = p
     return p
+
+
+def reload_env() -> Policy:
+    """Re-read FP8DISPATCH_FORCE / FP8DISPATCH_DENY (they are read once, at the first dispatch)."""
+    global _env_snapshot
+    _env_snapshot = None
+    return _env_policy()
 
 
 def current() -> Policy:

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from . import force as _force
+from .force import Policy, current as current_policy
 from . import registry
 from .errors import FormatError, UnsupportedError
 from .formats import QWeight
@@ -70,7 +70,7 @@ def _problem(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dt
 
 
 def plan_for(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
-             policy: _force.Policy, target: Target | None = None) -> Plan:
+             policy: Policy, target: Target | None = None) -> Plan:
     """Build (or fetch) the plan of one weight for one key. Thread-safe."""
     with _lock:
         target = target or detect(qw.device)
@@ -104,52 +104,64 @@ def linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     return _linear(x, qw, bias, out_dtype)
 
 
+class _Plans(dict):
+    """A weight's plans, plus the facts the hot path checks (read once from the QWeight)."""
+
+    __slots__ = ("n", "k", "device")
+
+    def __init__(self, qw: QWeight):
+        super().__init__()
+        self.n, self.k = qw.shape
+        self.device = qw.device
+
+
 def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
-            _policy: "_force.Policy | None" = None) -> torch.Tensor:
-    try:
-        shape = x.shape
-        k = shape[-1]
-        qd = qw.qdata
-        n = qd.shape[0]
-        ok = k == qd.shape[1] and x.device == qd.device
-    except (AttributeError, IndexError, TypeError):
-        ok = False
-    if not ok:
+            _policy: "Policy | None" = None) -> torch.Tensor:
+    plans = qw._cache.get(PLANS_KEY)
+    if plans is None:
+        with _lock:
+            plans = qw._cache.setdefault(PLANS_KEY, _Plans(qw))
+    shape = x.shape
+    k = plans.k
+    if shape[-1] != k or x.device != plans.device:
         _check(x, qw, bias, out_dtype)  # raises the precise error
         raise AssertionError("unreachable")
-    m = x.numel() // k
-    out_dtype = out_dtype or x.dtype
+    two_d = len(shape) == 2
+    m = shape[0] if two_d else x.numel() // k
+    x_dtype = x.dtype
+    out_dtype = out_dtype or x_dtype
     if m == 0:
         _check(x, qw, bias, out_dtype)
-        return x.new_empty((*shape[:-1], n), dtype=out_dtype)
+        return x.new_empty((*shape[:-1], plans.n), dtype=out_dtype)
     bucket = fast_bucket(m)
-    policy = _force.current() if _policy is None else _policy
-    key = (bucket, x.dtype, out_dtype, bias is not None, policy, registry.generation)
-    plans = qw._cache.get(PLANS_KEY)
-    plan = plans.get(key) if plans is not None else None
+    policy = current_policy() if _policy is None else _policy
+    key = (bucket, x_dtype, out_dtype, bias is not None, policy, registry.generation)
+    plan = plans.get(key)
     if plan is None:
         _check(x, qw, bias, out_dtype)
         with _lock:
-            plans = qw._cache.setdefault(PLANS_KEY, {})
             plan = plans.get(key)
             if plan is None:
-                plan = plan_for(qw, bucket, x.dtype, out_dtype, bias is not None, policy)
+                plan = plan_for(qw, bucket, x_dtype, out_dtype, bias is not None, policy)
                 plans[key] = plan
         from .ops import remember
 
         remember(qw)
+    if two_d:  # the common serving case: no reshape/view (each costs ~1 us of host time)
+        return plan.run(x if x.is_contiguous() else x.contiguous(), qw, plan.prepared, bias, out_dtype,
+                        plan.config)
     x2d = x.reshape(m, k)
     if not x2d.is_contiguous():
         x2d = x2d.contiguous()
     y = plan.run(x2d, qw, plan.prepared, bias, out_dtype, plan.config)
-    return y.view(*shape[:-1], n)
+    return y.view(*shape[:-1], plans.n)
 
 
 def decision_for(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
                  out_dtype: torch.dtype | None = None) -> Decision:
     """The decision `linear` uses (or would use) for these arguments here."""
     m = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    policy = _force.current()
+    policy = current_policy()
     return plan_for(qw, fast_bucket(max(m, 1)), x.dtype, out_dtype or x.dtype, bias is not None, policy).decision
 
 

@@ -79,10 +79,15 @@ class FP8Linear(nn.Module):
 
         remember(self._qw)
 
-    def _apply(self, fn, recurse=True):  # .to(), .cuda(), .half() ... replace the buffers: rebuild the QWeight
+    def _apply(self, fn, recurse=True):
+        # .to(device) moves the codes and scales; a dtype cast (model.to(torch.bfloat16), .half()) must not
+        # turn fp8 codes into values: those buffers keep their dtype and only follow the device. bias casts.
+        keep = {name: self._buffers[name] for name in ("qdata", "scale", "fp8_format")}
         out = super()._apply(fn, recurse)
-        if self.qdata.dtype != torch.float8_e4m3fn:
-            raise TypeError("FP8Linear: its fp8 codes cannot change dtype (was .to(dtype) applied to the model?)")
+        for name, old in keep.items():
+            new = self._buffers[name]
+            if new.dtype != old.dtype:
+                self._buffers[name] = old.to(new.device)
         self._rebuild()
         return out
 

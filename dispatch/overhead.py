@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from . import force as _force
+from .force import Policy, current as current_policy
 from .formats import QWeight
-from .linear import PLANS_KEY, _linear, fast_bucket
+from .linear import PLANS_KEY, _linear, fast_bucket, linear
 
 
 def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat16, iters: int = 200,
@@ -27,7 +27,7 @@ def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat1
     x = torch.randn(m, qw.in_features, device=dev, dtype=dtype)
     b = torch.randn(qw.out_features, device=dev, dtype=dtype) if bias else None
     _linear(x, qw, b, None)  # build the plan
-    key = (fast_bucket(m), dtype, dtype, b is not None, _force.current())
+    key = (fast_bucket(m), dtype, dtype, b is not None, current_policy())
     plan = next(p for k, p in qw._cache[PLANS_KEY].items() if k[:5] == key)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
@@ -37,7 +37,7 @@ def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat1
 
     def via() -> None:
         for _ in range(iters):
-            _linear(x, qw, b, None)
+            linear(x, qw, b, None)
 
     lin, dir_ = [], []
     for _ in range(3):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import os
 import pathlib
 import shutil
@@ -66,7 +65,10 @@ class HipCompileOptions:
         return cls(arch, tuple((k, str(v)) for k, v in (defines or {}).items()), **kw)
 
     def define_flags(self) -> list[str]:
-        return [f"-D{k}={v}" for k, v in self.defines]
+        # The format constants of dispatch.formats, spelled exactly as the CUDA build passes them.
+        from kernels_cuda.compiler import format_defines
+
+        return [*format_defines(), *(f"-D{k}={v}" for k, v in self.defines)]
 
     def hiprtc_flags(self) -> list[str]:
         # hipRTC takes clang's spelling of the target. Correctly rounded fp32 division/sqrt is HIP's
@@ -110,14 +112,21 @@ def headers() -> dict[str, str]:
     return out
 
 
-def cache_key(source: str, hdrs: Mapping[str, str], options: HipCompileOptions, compiler_version: str) -> str:
-    """Content address of a code object: source, every header, options, arch, compiler version."""
-    h = hashlib.sha256()
-    for part in ("hip", compiler_version, options.arch, repr(options.hiprtc_flags()), source):
-        h.update(part.encode() + b"\0")
-    for name in sorted(hdrs):
-        h.update(name.encode() + b"\0" + hdrs[name].encode() + b"\0")
-    return h.hexdigest()
+def cache_key(source_name: str, source: str, hdrs: Mapping[str, str], options: HipCompileOptions,
+              compiler_version: tuple[int, ...]) -> str:
+    """Content address of a code object: kernels_cuda's key function (source and every header, options,
+    arch, compiler version) over the HIP inputs; the "hip:" arch prefix keeps it apart from CUDA keys."""
+    from kernels_cuda.compiler import cache_key as shared_key
+
+    return shared_key(source_name, {source_name: source, **hdrs}, options.hiprtc_flags(), f"hip:{options.arch}",
+                      compiler_version)
+
+
+def cache_path(source_name: str, key: str, arch: str) -> pathlib.Path:
+    """<kernels_cuda cache root>/../hip/<stem>-<arch>-<key>.hsaco (the shared cache root, its own folder)."""
+    from kernels_cuda.compiler import cache_dir
+
+    return cache_dir().parent / "hip" / f"{pathlib.Path(source_name).stem}-{arch}-{key}.hsaco"
 
 
 # --- Runtime: hipRTC through CuPy's ROCm build ------------------------------------------------------------
@@ -149,11 +158,10 @@ def require_runtime() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def hiprtc_version() -> str:
+def hiprtc_version() -> tuple[int, int]:
     from cupy_backends.cuda.libs import nvrtc  # the ROCm build of CuPy binds hiprtc* behind these names
 
-    major, minor = nvrtc.getVersion()
-    return f"hiprtc-{major}.{minor}"
+    return tuple(nvrtc.getVersion())
 
 
 def _hiprtc_compile(source: str, name: str, hdrs: Mapping[str, str], options: HipCompileOptions) -> bytes:
@@ -175,28 +183,31 @@ def _hiprtc_compile(source: str, name: str, hdrs: Mapping[str, str], options: Hi
     return code if isinstance(code, bytes) else code.encode("latin-1")
 
 
-_modules: dict[str, Any] = {}
-
-
-def compile_module(source_name: str, options: HipCompileOptions) -> Any:
-    """The loaded CuPy module of `source_name` for `options`: memory cache, then disk cache, then hipRTC."""
+def compile_code_object(source_name: str, options: HipCompileOptions, *, use_cache: bool = True) -> bytes:
+    """The code object of `source_name` for `options`: from the disk cache, else hipRTC (then cached with
+    kernels_cuda's atomic write, so concurrent processes never read a partial file)."""
     require_runtime()
-    source, hdrs = read_source(source_name), headers()
-    key = cache_key(source, hdrs, options, hiprtc_version())
-    mod = _modules.get(key)
-    if mod is not None:
-        return mod
-    from kernels_cuda import compiler as cuda_compiler  # the shared content-addressed disk cache
-    import cupy
+    from kernels_cuda.compiler import _atomic_write  # shared cache code (see /work/notes/hip_requests.md)
 
-    code = cuda_compiler.cache_load(key)
-    if code is None:
-        code = _hiprtc_compile(source, source_name, hdrs, options)
-        cuda_compiler.cache_store(key, code)
-    mod = cupy.cuda.function.Module()
-    mod.load(code)
-    _modules[key] = mod
-    return mod
+    source, hdrs = read_source(source_name), runtime_headers()
+    key = cache_key(source_name, source, hdrs, options, hiprtc_version())
+    path = cache_path(source_name, key, options.arch)
+    if use_cache and path.is_file():
+        return path.read_bytes()
+    code = _hiprtc_compile(source, source_name, hdrs, options)
+    _atomic_write(path, code)
+    return code
+
+
+def runtime_headers() -> dict[str, str]:
+    """headers(), plus the spelling portability.cuh uses to include gfx12_fp8.h (hipRTC matches in-memory
+    headers by the literal include name, not by path)."""
+    hdrs = headers()
+    hdrs[PORTABILITY_INCLUDE] = hdrs["gfx12_fp8.h"]
+    return hdrs
+
+
+PORTABILITY_INCLUDE = "../../kernels_hip/csrc/gfx12_fp8.h"
 
 
 # --- Offline: clang-19, no ROCm, no GPU -----------------------------------------------------------------

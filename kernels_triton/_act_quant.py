@@ -28,7 +28,7 @@ from dispatch.formats import ACT_GROUP, ActGranularity
 from dispatch.target import detect
 
 from ._fp8 import amax_to_scale, quantize_e4m3
-from .configs import ActQuantConfig
+from .configs import ActQuantConfig, exact_hw_e4m3_cast
 
 
 @triton.jit
@@ -37,13 +37,13 @@ def _max_nan(a, b):
 
 
 @triton.jit
-def _store_codes(q_ptr, offs, mask, v, s, HW_FP8: tl.constexpr):
-    tl.store(q_ptr + offs, quantize_e4m3(tl.math.div_rn(v, s), HW_FP8), mask=mask)
+def _store_codes(q_ptr, offs, mask, v, s, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr):
+    tl.store(q_ptr + offs, quantize_e4m3(tl.math.div_rn(v, s), HW_FP8, HW_CVT), mask=mask)
 
 
 @triton.jit
 def _per_token_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm,
-                      HW_FP8: tl.constexpr, BLOCK: tl.constexpr):
+                      HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, BLOCK: tl.constexpr):
     """One program per row: amax over the row, then the cast (the row is re-read from L1/L2)."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -56,12 +56,12 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm,
     tl.store(s_ptr + row, s)
     for k0 in range(0, K, BLOCK):
         v = tl.load(xr + k0 + offs, mask=k0 + offs < K, other=0.0).to(tl.float32)
-        _store_codes(q_ptr + row * stride_qm, k0 + offs, k0 + offs < K, v, s, HW_FP8)
+        _store_codes(q_ptr + row * stride_qm, k0 + offs, k0 + offs < K, v, s, HW_FP8, HW_CVT)
 
 
 @triton.jit
 def _per_group_kernel(x_ptr, q_ptr, s_ptr, K, NG, stride_xm, stride_qm, stride_sm,
-                      HW_FP8: tl.constexpr, GROUPS: tl.constexpr):
+                      HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, GROUPS: tl.constexpr):
     """Program (row, chunk): GROUPS 1x128 groups of one row; each group's amax and cast stay in registers."""
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
@@ -71,11 +71,11 @@ def _per_group_kernel(x_ptr, q_ptr, s_ptr, K, NG, stride_xm, stride_qm, stride_s
     v = tl.load(x_ptr + row * stride_xm + kk, mask=mask, other=0.0).to(tl.float32)
     s = amax_to_scale(tl.reduce(tl.abs(v), 1, _max_nan))
     tl.store(s_ptr + row * stride_sm + g, s, mask=g < NG)
-    _store_codes(q_ptr + row * stride_qm, kk, mask, v, s[:, None], HW_FP8)
+    _store_codes(q_ptr + row * stride_qm, kk, mask, v, s[:, None], HW_FP8, HW_CVT)
 
 
 @triton.jit
-def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, BLOCK: tl.constexpr):
+def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, BLOCK: tl.constexpr):
     """Decode sizes: one program, amax then cast (one launch; x stays in L2)."""
     offs = tl.arange(0, BLOCK)
     amax = tl.zeros([BLOCK], dtype=tl.float32)
@@ -86,7 +86,7 @@ def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, 
     tl.store(s_ptr, s)
     for i0 in range(0, NUMEL, BLOCK):
         v = tl.load(x_ptr + i0 + offs, mask=i0 + offs < NUMEL, other=0.0).to(tl.float32)
-        _store_codes(q_ptr, i0 + offs, i0 + offs < NUMEL, v, s, HW_FP8)
+        _store_codes(q_ptr, i0 + offs, i0 + offs < NUMEL, v, s, HW_FP8, HW_CVT)
 
 
 @triton.jit
@@ -102,29 +102,31 @@ def _partial_amax_kernel(x_ptr, amax_bits_ptr, NUMEL, BLOCK: tl.constexpr, ITERS
 
 
 @triton.jit
-def _cast_by_amax_kernel(x_ptr, q_ptr, s_ptr, amax_bits_ptr, NUMEL, HW_FP8: tl.constexpr, BLOCK: tl.constexpr):
+def _cast_by_amax_kernel(x_ptr, q_ptr, s_ptr, amax_bits_ptr, NUMEL, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, BLOCK: tl.constexpr):
     s = amax_to_scale(tl.load(amax_bits_ptr).to(tl.float32, bitcast=True))
     pid = tl.program_id(0)
     if pid == 0:
         tl.store(s_ptr, s)
     o = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     v = tl.load(x_ptr + o, mask=o < NUMEL, other=0.0).to(tl.float32)
-    _store_codes(q_ptr, o, o < NUMEL, v, s, HW_FP8)
+    _store_codes(q_ptr, o, o < NUMEL, v, s, HW_FP8, HW_CVT)
 
 
-def _resolve_hw(x: torch.Tensor, hw_fp8: bool | None) -> bool:
+def resolve_fp8_path(x: torch.Tensor, hw_fp8: bool | None) -> tuple[bool, bool]:
+    """(HW_FP8, HW_CVT) for tensors on x's device. CPU tensors need the interpreter and get (False, False)."""
     if x.device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise BackendUnavailable("Triton kernels on CPU tensors need TRITON_INTERPRET=1 (tests only)")
+            raise BackendUnavailable("Triton kernels on CPU tensors need the interpreter: set TRITON_INTERPRET=1 "
+                                     "before importing triton (tests only; slow, and not a GPU validation)")
         if hw_fp8:
             raise UnsupportedError("the Triton interpreter rounds fp32 -> fp8 casts wrongly: use hw_fp8=False on CPU")
-        return False
+        return False, False
     tgt = detect(x.device)
     if hw_fp8 is None:
-        return tgt.has_triton_fp8_dtype
+        hw_fp8 = tgt.has_triton_fp8_dtype
     if hw_fp8 and not tgt.has_triton_fp8_dtype:
-        raise UnsupportedError(f"{tgt.arch} has no Triton fp8e4nv type: use hw_fp8=False")
-    return hw_fp8
+        raise UnsupportedError(f"{tgt.arch} has no Triton fp8e4nv type: use hw_fp8=False (uint8 codes, software path)")
+    return hw_fp8, hw_fp8 and exact_hw_e4m3_cast(tgt)
 
 
 def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", config: ActQuantConfig | None = None,
@@ -137,7 +139,7 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
         raise FormatError("activations must be a floating-point tensor [..., K] with K >= 1")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise FormatError(f"activations must be bf16/fp16/fp32, got {x.dtype}")
-    hw = _resolve_hw(x, hw_fp8)
+    hw, cvt = resolve_fp8_path(x, hw_fp8)
     cfg = config or ActQuantConfig()
     lead, k = tuple(x.shape[:-1]), int(x.shape[-1])
     x2 = x.reshape(-1, k)
@@ -149,7 +151,7 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
         s = torch.empty((m, 1), dtype=torch.float32, device=x.device)
         if m:
             blk = min(cfg.block, max(128, triton.next_power_of_2(k)))
-            _per_token_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), HW_FP8=hw, BLOCK=blk,
+            _per_token_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), HW_FP8=hw, HW_CVT=cvt, BLOCK=blk,
                                     num_warps=cfg.num_warps)
         s = s.reshape(*lead, 1)
     elif g is ActGranularity.PER_TOKEN_GROUP_128:
@@ -158,20 +160,20 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
         groups = max(1, min(cfg.block // 128, triton.next_power_of_2(ng)))
         if m:
             _per_group_kernel[(m, triton.cdiv(ng, groups))](x2, q, s, k, ng, x2.stride(0), q.stride(0), s.stride(0),
-                                                            HW_FP8=hw, GROUPS=groups, num_warps=cfg.num_warps)
+                                                            HW_FP8=hw, HW_CVT=cvt, GROUPS=groups, num_warps=cfg.num_warps)
         s = s.reshape(*lead, ng)
     else:
         s = torch.empty((), dtype=torch.float32, device=x.device)
         numel = m * k
         if numel <= cfg.single_program_max:
             blk = min(cfg.block, max(128, triton.next_power_of_2(numel)))
-            _per_tensor_single_kernel[(1,)](x2, q, s, numel, HW_FP8=hw, BLOCK=blk, num_warps=cfg.num_warps)
+            _per_tensor_single_kernel[(1,)](x2, q, s, numel, HW_FP8=hw, HW_CVT=cvt, BLOCK=blk, num_warps=cfg.num_warps)
         else:
             bits = torch.zeros((), dtype=torch.int32, device=x.device)
             iters = 8
             _partial_amax_kernel[(triton.cdiv(numel, cfg.block * iters),)](x2, bits, numel, BLOCK=cfg.block,
                                                                           ITERS=iters, num_warps=cfg.num_warps)
-            _cast_by_amax_kernel[(triton.cdiv(numel, cfg.block),)](x2, q, s, bits, numel, HW_FP8=hw,
+            _cast_by_amax_kernel[(triton.cdiv(numel, cfg.block),)](x2, q, s, bits, numel, HW_FP8=hw, HW_CVT=cvt,
                                                                    BLOCK=cfg.block, num_warps=cfg.num_warps)
     codes = q if hw else q.view(torch.float8_e4m3fn)
     return codes.reshape(*lead, k), s

@@ -11,10 +11,11 @@ Interpreter-safe (exact under TRITON_INTERPRET=1 and on every GPU target):
   - `e4m3_round(v)`                  the fp32 value of `f32_to_e4m3(v)` (sm_80 W8A8: exact codes as floats)
   - `e8m0_to_f32(code_u8)`           2^(code - 127) built from bits (code 0 -> 2^-127, an fp32 subnormal)
   - `load_w_f32(ptrs, mask, False)`  uint8 codes + software decode
-  - `quantize_e4m3(v, HW_FP8=False)` software encode (uint8 codes)
+  - `quantize_e4m3(v, False, False)` software encode (uint8 codes)
 Hardware-only (sm_89+, gfx1201; wrong or rejected under the interpreter / on sm_80):
   - `load_w_f32(ptrs, mask, True)`   fp8e4nv pointer, `.to(tl.float32)` (cvt e4m3 -> f16/f32)
-  - `quantize_e4m3(v, HW_FP8=True)`  `.to(tl.float8e4nv)` after an explicit clamp to +-448 (cvt.rn.satfinite)
+  - `quantize_e4m3(v, True, False)`  software encode, bitcast to fp8e4nv (sm_89, gfx1201: exact)
+  - `quantize_e4m3(v, True, True)`   `.to(tl.float8e4nv)` after a clamp to +-448 (sm_90 only: exact there)
 """
 
 from __future__ import annotations
@@ -98,14 +99,19 @@ def load_w_f32(ptrs, mask, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def quantize_e4m3(v, HW_FP8: tl.constexpr):
-    """fp32 (already divided by its scale) -> e4m3 codes: fp8e4nv tensor if HW_FP8, else uint8 codes.
+def quantize_e4m3(v, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr = False):
+    """fp32 (already divided by its scale) -> e4m3 codes: an fp8e4nv tensor if HW_FP8, else uint8 codes.
 
-    The explicit clamp to +-448 makes the hardware cast's saturation mode irrelevant (torch's
-    reference clamps first as well; its cast alone would give NaN above 464).
+    HW_CVT (default False: exact software encoder): use the hardware cast. Only where Triton lowers it to a direct, correctly rounded fp32 -> e4m3
+    instruction (sm_90: cvt.rn.satfinite.e4m3x2.f32). Triton 3.6 lowers it on sm_89 through f16
+    (cvt.rn.satfinite.e4m3x2.f16x2: double rounding, not bit-identical at near-ties) and on gfx1201
+    through its own bit manipulation, so those targets use the exact software encoder and a bitcast.
+    The explicit clamp to +-448 makes the cast's saturation mode irrelevant (the reference clamps too).
     """
-    if HW_FP8:
+    if HW_FP8 and HW_CVT:
         q = tl.clamp(v, -448.0, 448.0).to(tl.float8e4nv, fp_downcast_rounding="rtne")
+    elif HW_FP8:
+        q = f32_to_e4m3(v).to(tl.float8e4nv, bitcast=True)
     else:
         q = f32_to_e4m3(v)
     return q

@@ -140,7 +140,8 @@ def _w8a16_gemm_kernel(
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
-    ws: TENSOR [] / ROW [N] / BLOCK128 [cdiv(N,128), cdiv(K,128)] fp32, MX32 [N, cdiv(K,32)] uint8 e8m0;
+    ws: TENSOR [] / ROW [N] / BLOCK128 [cdiv(N,128), cdiv(K,128)] fp32, MX32 uint8 e8m0 [N, G] with
+    G >= cdiv(K, BLOCK_K) * BLOCK_K / 32 (rows padded past cdiv(K, 32), see _gemm_launch.mx_scale_rows);
     stride_ws is its row stride (unused for TENSOR/ROW).
     """
     DTYPE: tl.constexpr = x_ptr.dtype.element_ty
@@ -156,7 +157,6 @@ def _w8a16_gemm_kernel(
     if WSCALE == _W_MX32:
         ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
         offs_g = tl.arange(0, BLOCK_K // _MX)
-        mx_groups = tl.cdiv(K, _MX)
     if WSCALE == _W_BLOCK128:
         ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
     if SWAP_AB:
@@ -173,9 +173,10 @@ def _w8a16_gemm_kernel(
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16
             # unless it underflows: module docstring). The [BLOCK_N, BLOCK_K // 32] exponents are
             # broadcast along K in registers (not gathered per element) so the product is formed in the
-            # MMA operand layout; groups past K read code 0 (their weight codes are masked to 0).
-            g = k0 // _MX + offs_g
-            e = tl.load(ws_row[:, None] + g[None, :], mask=g[None, :] < mx_groups, other=0)
+            # MMA operand layout. No mask: the launcher pads each scale row to a multiple of 16 groups
+            # (>= every BLOCK_K / 32), so the load is 4+ contiguous aligned bytes that the pipeliner
+            # copies asynchronously; padded groups multiply weight codes that are masked to 0.
+            e = tl.load(ws_row[:, None] + (k0 // _MX + offs_g)[None, :])
             s = tl.reshape(tl.broadcast_to(e8m0_to_f32(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
                            (BLOCK_N, BLOCK_K))
             w = (_decode_codes(codes, HW_FP8, tl.float32) * s).to(DTYPE)

@@ -74,9 +74,29 @@ class GemmConfig(KernelConfig):
 
 # --- Defaults and autotune spaces per target ------------------------------------------------------------
 
+def _legal_unique(space: list[GemmConfig], why_not) -> list[GemmConfig]:
+    out: list[GemmConfig] = []
+    for c in space:
+        if c not in out and not why_not(c):
+            out.append(c)
+    return out
+
+
 def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
     """Autotune space for the W8A8 GEMM on `target`; the first entry is the default."""
-    if target.has_wgmma:
+    if target.has_wgmma and scales is A8Scales.GROUP_BLOCK:
+        # Each K tile's product is waited for and scaled in registers next to the fp32 accumulator, so a
+        # thread holds two accumulators: 64x128 per warpgroup (64 + 64 registers) leaves headroom, while
+        # 128x256 tiles hit the 255-register limit (AOT: reg=255).
+        space = [
+            GemmConfig(128, 128, 128, 8, 8, 4),
+            GemmConfig(128, 256, 128, 8, 8, 3),
+            GemmConfig(128, 128, 128, 8, 4, 4),
+            GemmConfig(256, 128, 128, 8, 8, 3),
+            GemmConfig(64, 128, 128, 8, 4, 4),
+            GemmConfig(128, 64, 128, 8, 4, 4),
+        ]
+    elif target.has_wgmma:
         space = [
             GemmConfig(128, 256, 128, 8, 8, 3),
             GemmConfig(128, 256, 128, 8, 8, 4),
@@ -87,7 +107,17 @@ def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
             GemmConfig(128, 64, 128, 8, 4, 4),
             GemmConfig(64, 128, 128, 8, 4, 4),
         ]
-    elif target.has_fp8_mma:  # mma.sync fp8 (sm_89) / WMMA fp8 (gfx12): smaller shared memory, no wgmma
+    elif target.is_rocm:
+        # gfx12 WMMA (wave32): 128x128x64 with 8 waves is the largest tile without VGPR spills (AOT-checked:
+        # ScratchSize 0); the AMD stream pipeliner wants 2 stages.
+        space = [
+            GemmConfig(128, 128, 64, 8, 8, 2),
+            GemmConfig(64, 128, 64, 8, 8, 2),
+            GemmConfig(128, 64, 64, 8, 8, 2),
+            GemmConfig(128, 128, 32, 8, 8, 2),
+            GemmConfig(64, 64, 64, 8, 4, 2),
+        ]
+    elif target.has_fp8_mma:  # mma.sync fp8 (sm_89): ~100 KiB of shared memory, no wgmma
         space = [
             GemmConfig(128, 128, 128, 8, 8, 3),
             GemmConfig(128, 128, 64, 8, 4, 4),
@@ -103,25 +133,49 @@ def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
             GemmConfig(128, 64, 64, 8, 4, 3),
             GemmConfig(64, 64, 64, 8, 4, 3),
         ]
-    return [c for c in space if not c.legal_for_w8a8(scales)]
+    return _legal_unique(space, lambda c: c.legal_for_w8a8(scales))
 
 
 def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool) -> list[GemmConfig]:
     """Autotune space for the W8A16 GEMM on `target`; the first entry is the default."""
     if fp16_x and wscale is WScale.MX32:
         # 2^e is applied to 32-deep partial products (see legal_for_w8a16).
-        space = [GemmConfig(128, 128, 32, 8, 8, 4, swap_ab=target.has_wgmma),
+        space = [GemmConfig(64, 64, 32, 8, 4, 2)] if target.is_rocm else []
+        space += [GemmConfig(128, 128, 32, 8, 4, 6, swap_ab=target.has_wgmma),
+                 GemmConfig(256, 128, 32, 8, 8, 5, swap_ab=target.has_wgmma),
                  GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(64, 128, 32, 8, 4, 4)]
-    elif target.has_wgmma:
-        # swap_ab: the weight is wgmma's A operand, straight from registers after the decode.
+    elif target.has_wgmma and wscale is WScale.MX32:
+        # block_k = 128: the [block_n, 4] e8m0 exponents of a tile are 4 contiguous bytes per row, which
+        # the pipeliner can copy asynchronously; at block_k = 64 (2 bytes) they are a synchronous load.
         space = [
+            GemmConfig(128, 128, 128, 8, 4, 4, swap_ab=True),
+            GemmConfig(256, 128, 128, 8, 8, 2, swap_ab=True),
+            GemmConfig(128, 256, 128, 8, 8, 3, swap_ab=True),
+            GemmConfig(256, 128, 64, 8, 8, 4, swap_ab=True),
+            GemmConfig(128, 128, 64, 8, 4, 4, swap_ab=True),
+            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=False),
+        ]
+    elif target.has_wgmma:
+        # swap_ab: the weight is wgmma's A operand, straight from registers after the decode, and the
+        # token tile is the instruction's N (m64n256k16 with block_m = 256).
+        space = [
+            GemmConfig(256, 128, 64, 8, 8, 4, swap_ab=True),
             GemmConfig(128, 128, 64, 8, 4, 4, swap_ab=True),
             GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=True),
-            GemmConfig(256, 128, 64, 8, 8, 3, swap_ab=True),
-            GemmConfig(128, 128, 128, 8, 8, 3, swap_ab=True),
-            GemmConfig(64, 128, 64, 8, 4, 4, swap_ab=True),
+            GemmConfig(256, 128, 128, 8, 8, 2, swap_ab=True),
+            GemmConfig(128, 128, 128, 8, 4, 4, swap_ab=True),
             GemmConfig(128, 128, 64, 8, 8, 4, swap_ab=False),
             GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=False),
+        ]
+    elif target.is_rocm:
+        # The in-register decode costs VGPRs: 128x128x32 with 8 waves is spill-free for every layout
+        # (AOT-checked); 64-deep K tiles spill on 128x128.
+        space = [
+            GemmConfig(128, 128, 32, 8, 8, 2),
+            GemmConfig(64, 128, 64, 8, 8, 2),
+            GemmConfig(128, 64, 64, 8, 8, 2),
+            GemmConfig(64, 64, 64, 8, 4, 2),
+            GemmConfig(64, 128, 32, 8, 4, 2),
         ]
     else:
         space = [
@@ -131,4 +185,4 @@ def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool) -> list[GemmConf
             GemmConfig(128, 64, 64, 8, 4, 3),
             GemmConfig(64, 64, 64, 8, 4, 3),
         ]
-    return [c for c in space if not c.legal_for_w8a16(wscale, fp16_x)]
+    return _legal_unique(space, lambda c: c.legal_for_w8a16(wscale, fp16_x))

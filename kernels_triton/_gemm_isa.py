@@ -61,8 +61,10 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> G
     for k in cx:
         sig[k] = "constexpr"
     name = f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}]"
+    # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.
+    ints = ["K", "stride_xm", "stride_wn", "stride_ym"] + (["stride_ws"] if wscale is WScale.MX32 else [])
     return GemmIsaVariant(name, target.arch, _w8a16_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
-                          supported=True, attrs=_divisible(["K", "stride_xm", "stride_wn", "stride_ym"], sig))
+                          supported=True, attrs=_divisible(ints, sig))
 
 
 def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> GemmIsaVariant:

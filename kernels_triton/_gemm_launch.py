@@ -29,11 +29,36 @@ def codes_view(t: torch.Tensor, hw_fp8: bool) -> torch.Tensor:
     return t if t.dtype == want else t.view(want)
 
 
+MX_ROW_PAD = 16  # groups: covers every block_k / 32 <= 8 and gives the row stride divisibility by 16
+_MX_CACHE_KEY = "kernels_triton.gemm.mx_scale_rows"
+
+
+def mx_scale_rows(qw: QWeight) -> torch.Tensor:
+    """The e8m0 codes of an mxfp8 weight as uint8 [N, G'] with G' = ceil(ceil(K/32) / 16) * 16.
+
+    The padding lets the kernel load whole [BLOCK_N, BLOCK_K / 32] exponent tiles without a mask (a masked
+    2-4 byte load cannot be copied asynchronously, so it would stall every K step). Padded entries are
+    127 (2^0) and only ever multiply weight codes that the kernel masked to 0. Built once per weight at
+    load time (`Candidate.prepare`) and cached on the weight; building it is an allocation and a copy,
+    never a host synchronization.
+    """
+    cached = qw._cache.get(_MX_CACHE_KEY)
+    if cached is not None:
+        return cached
+    codes = qw.scale.view(torch.uint8)
+    n, g = codes.shape
+    gp = triton.cdiv(g, MX_ROW_PAD) * MX_ROW_PAD
+    out = torch.full((n, gp), 127, dtype=torch.uint8, device=codes.device)
+    out[:, :g] = codes
+    qw._cache[_MX_CACHE_KEY] = out
+    return out
+
+
 def _weight_scale_args(qw: QWeight) -> tuple[torch.Tensor, int]:
     """(scale tensor as the kernel reads it, its row stride)."""
     s = qw.scale
     if qw.format is Format.MXFP8:
-        s = s.view(torch.uint8)  # e8m0 code; the kernel builds 2^(code - 127) from bits
+        s = mx_scale_rows(qw)  # e8m0 codes; the kernel builds 2^(code - 127) from bits
     stride = s.stride(0) if s.dim() == 2 else 0
     return s, stride
 

@@ -13,13 +13,11 @@ the indexing and the arithmetic, NOT a GPU validation.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
-from dispatch.errors import BackendUnavailable, FormatError, UnsupportedError
+from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Act, Format, QWeight
-from dispatch.target import detect
 
 from . import _act_quant
 from ._gemm_layouts import W8A16_LAYOUT, WScale
@@ -43,28 +41,6 @@ def _kernels():
 @functools.lru_cache(maxsize=None)
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _interpreting(x: torch.Tensor) -> bool:
-    if x.device.type == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise BackendUnavailable("Triton kernels on CPU tensors need the interpreter: set TRITON_INTERPRET=1 "
-                                     "before importing triton (tests only; it is slow and not a GPU validation)")
-        return True
-    return False
-
-
-def _hw_fp8(x: torch.Tensor, hw_fp8: bool | None, interpret: bool) -> bool:
-    if interpret:
-        if hw_fp8:
-            raise UnsupportedError("the Triton interpreter rounds fp32 -> fp8 casts wrongly: use hw_fp8=False on CPU")
-        return False
-    tgt = detect(x.device)
-    if hw_fp8 is None:
-        return tgt.has_triton_fp8_dtype
-    if hw_fp8 and not tgt.has_triton_fp8_dtype:
-        raise UnsupportedError(f"{tgt.arch} has no Triton fp8e4nv type: use hw_fp8=False (uint8 codes, software decode)")
-    return hw_fp8
 
 
 def _check(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None) -> tuple[int, int, int]:
@@ -93,8 +69,9 @@ def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int
     return w, qw.scale, 0
 
 
-def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, interpret, bias, out_dtype, cfg: GemvConfig, m, n, k):
+def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg: GemvConfig, m, n, k):
     kern = _kernels()
+    interpret = x_arg.device.type == "cpu"
     wscale = W8A16_LAYOUT[qw.format]
     gk = _GROUP_K[wscale]
     why = cfg.legal_for(gk, fused_groups=(a_mode == 2 and wscale is WScale.BLOCK128))
@@ -121,7 +98,7 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, interpret, bias, out_dtyp
         x_arg, xs_arg, w, ws, bias_arg, out, part,
         m, n, k, split,
         x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
-        WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
+        WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
         HAS_BIAS=bias is not None, DIRECT_OUT=direct,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, G=g, NUM_STAGES=cfg.num_stages,
         num_warps=cfg.num_warps,
@@ -150,10 +127,9 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     """y = x2d.float() @ dequantize(qw).T (+ bias), cast to out_dtype (default x2d.dtype). M <= 64."""
     qw.require(qw.format)
     m, n, k = _check(x2d, qw, bias)
-    interpret = _interpreting(x2d)
-    hw = _hw_fp8(x2d, hw_fp8, interpret)
+    hw, cvt = _act_quant.resolve_fp8_path(x2d, hw_fp8)
     cfg = config or default_config(m)
-    return _launch(x2d, x2d, 0, 0, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)
+    return _launch(x2d, x2d, 0, 0, qw, hw, cvt, bias, out_dtype or x2d.dtype, cfg, m, n, k)
 
 
 def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
@@ -165,13 +141,12 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     if qw.act is not Act.FP8 or qw.format not in _A8_GRANULARITY:
         raise UnsupportedError(f"w8a8_gemv serves fp8_tensor / fp8_row / fp8_block with act='fp8', got {qw!r}")
     m, n, k = _check(x2d, qw, bias)
-    interpret = _interpreting(x2d)
-    hw = _hw_fp8(x2d, hw_fp8, interpret)
+    hw, cvt = _act_quant.resolve_fp8_path(x2d, hw_fp8)
     cfg = config or default_config(m)
     if cfg.fuse_act_quant:
-        return _launch(x2d, x2d, 0, 2, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)
+        return _launch(x2d, x2d, 0, 2, qw, hw, cvt, bias, out_dtype or x2d.dtype, cfg, m, n, k)
     xq, xs = _act_quant.quantize_activation(x2d, _A8_GRANULARITY[qw.format], hw_fp8=hw)
     x_arg = xq if hw else xq.view(torch.uint8)
     xs2 = xs.reshape(m, -1) if xs.dim() else xs
     stride_xsm = xs2.stride(0) if xs2.dim() else 0
-    return _launch(x_arg, xs2, stride_xsm, 1, qw, hw, interpret, bias, out_dtype or x2d.dtype, cfg, m, n, k)
+    return _launch(x_arg, xs2, stride_xsm, 1, qw, hw, cvt, bias, out_dtype or x2d.dtype, cfg, m, n, k)

@@ -40,9 +40,9 @@ def _max_nan(a, b):
 
 
 @triton.jit
-def _code_value(v, s, HW_FP8: tl.constexpr):
+def _code_value(v, s, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr):
     """Exact fp32 value of the e4m3 code quantize_activation gives v under scale s (IEEE v / s)."""
-    q = quantize_e4m3(tl.math.div_rn(v, s), HW_FP8)
+    q = quantize_e4m3(tl.math.div_rn(v, s), HW_FP8, HW_CVT)
     if HW_FP8:
         c = q.to(tl.float32)
     else:
@@ -85,7 +85,7 @@ def _gemv_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, out_ptr, part_ptr,
     M, N, K, SPLIT_K,
     stride_xm, stride_xsm, stride_wsn, stride_om,
-    WSCALE: tl.constexpr, A_MODE: tl.constexpr, HW_FP8: tl.constexpr, USE_DOT: tl.constexpr,
+    WSCALE: tl.constexpr, A_MODE: tl.constexpr, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, USE_DOT: tl.constexpr,
     IEEE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr, DIRECT_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr,
     NUM_STAGES: tl.constexpr,
@@ -154,12 +154,12 @@ def _gemv_kernel(
                     if WSCALE == W_BLOCK:
                         # 1x128 groups are local to this tile (G == 128): quantize in place.
                         gs = amax_to_scale(tl.reduce(tl.abs(xv), 2, _max_nan, keep_dims=True))
-                        xv = _code_value(xv, gs, HW_FP8) * gs
+                        xv = _code_value(xv, gs, HW_FP8, HW_CVT) * gs
                     elif WSCALE == W_ROW:
                         s_m = tl.sum(tl.where(tl.arange(0, BLOCK_M) == mi, xs_rows, 0.0), 0)
-                        xv = _code_value(xv, s_m, HW_FP8)  # x scale applied in the epilogue
+                        xv = _code_value(xv, s_m, HW_FP8, HW_CVT)  # x scale applied in the epilogue
                     else:
-                        xv = _code_value(xv, xs_all, HW_FP8)
+                        xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
                 part = tl.sum(tl.sum(w * xv, 2), 1)  # [BLOCK_N]
                 acc = tl.where(col == mi, acc + part[:, None], acc)
     else:
@@ -216,11 +216,11 @@ def _gemv_kernel(
                     if WSCALE == W_BLOCK:
                         # BLOCK_K == 128 (launcher-enforced): one 1x128 group per row.
                         xsg = amax_to_scale(tl.reduce(tl.abs(xr), 1, _max_nan))
-                        xq = quantize_e4m3(tl.math.div_rn(xr, xsg[:, None]), HW_FP8)
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xsg[:, None]), HW_FP8, HW_CVT)
                     elif WSCALE == W_ROW:
-                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_rows[:, None]), HW_FP8)
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_rows[:, None]), HW_FP8, HW_CVT)
                     else:
-                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_all), HW_FP8)
+                        xq = quantize_e4m3(tl.math.div_rn(xr, xs_all), HW_FP8, HW_CVT)
                     if not HW_FP8 or IEEE_DOT:
                         if HW_FP8:
                             xq = xq.to(tl.float32)

@@ -138,3 +138,10 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
 
 def default_act_quant_config(target: Target) -> ActQuantConfig:
     return ActQuantConfig(block=2048 if target.has_wgmma else 1024, num_warps=4)
+
+
+def exact_hw_e4m3_cast(target: Target) -> bool:
+    """Whether Triton's fp32 -> fp8e4nv cast is one correctly rounded instruction on `target` (checked in
+    the AOT PTX/ISA, see tools/isa_report): sm_90 emits cvt.rn.satfinite.e4m3x2.f32. sm_89 goes through
+    f16 (double rounding) and gfx1201 through a software sequence, so they use our exact encoder."""
+    return target.is_cuda and target.has_wgmma

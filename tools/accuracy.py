@@ -365,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--variants", help="comma list: fmt, fmt:act or fmt:act:mx_mode (default: all)")
     ap.add_argument("--lm-head", default="both", choices=["both", "in", "out"])
     ap.add_argument("--json", help="write the rows (and the setup) as JSON here")
+    ap.add_argument("--save-nll", help="table mode: save the per-token NLL vectors of every row (torch.save)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = ap.parse_args(argv)
     args.dtype = args.dtype or "fp32"
@@ -396,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         rows, status = table_mode(setup, variants, args.path, lm_heads, log)
         payload = [r.to_json() for r in rows]
+        if args.save_nll:
+            torch.save({f"{r.variant}|{r.lm_head}": r.nll for r in rows if r.nll is not None}, args.save_nll)
     log(f"total {time.time() - t0:.0f} s")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({

@@ -254,7 +254,6 @@ def load_export(root: "str | os.PathLike", device: "str | torch.device" = "cpu",
     """(LlamaForCausalLM in eval mode on `device`, int64 text tokens, manifest of part 0)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     parts = find_parts(root)
     manifests = {}
@@ -273,6 +272,8 @@ def load_export(root: "str | os.PathLike", device: "str | torch.device" = "cpu",
     for i, (p, m) in manifests.items():
         if m["gguf_sha256"] != head["gguf_sha256"]:
             raise ExportError(f"{p} comes from another GGUF export than part0; re-export all parts together")
+
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = dict(head["config"])
     cfg.pop("model_type", None)

@@ -76,3 +76,8 @@ __device__ __forceinline__ void fp8d_store_from_f32(void* p, long long i, float 
     reinterpret_cast<unsigned short*>(p)[i] = kind == FP8D_DTYPE_BF16 ? fp8d_f32_to_bf16_bits(v) : fp8d_f32_to_f16_bits(v);
   }
 }
+
+// Word i (0..3) of a 16-byte load; i is a compile-time constant after unrolling, so this is a register.
+__device__ __forceinline__ unsigned fp8d_word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}

@@ -118,7 +118,7 @@ __device__ __forceinline__ void w8a16_gemv_body(const uint8_t* __restrict__ w, c
             const unsigned b[2] = {fp8d_word(xv[nt][wd >> 1], (wd & 1) * 2), fp8d_word(xv[nt][wd >> 1], (wd & 1) * 2 + 1)};
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              float* d = (SCALE == FP8D_SCALE_BLOCK) ? part[mt][nt] : acc[mt][nt];
+              float(&d)[4] = (SCALE == FP8D_SCALE_BLOCK) ? part[mt][nt] : acc[mt][nt];
               if constexpr (XKIND == FP8D_DTYPE_F16) {
                 fp8d_mma_f16_m16n8k16(d, a[mt], b);
               } else {
@@ -161,7 +161,7 @@ __device__ __forceinline__ void w8a16_gemv_body(const uint8_t* __restrict__ w, c
 #error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U select the instantiation)"
 #endif
 
-extern "C" __global__ void __launch_bounds__(512) fp8d_w8a16_gemv(
+extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a16_gemv(
     const uint8_t* __restrict__ w, const void* __restrict__ wscale, const uint16_t* __restrict__ x,
     const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int bias_kind, int out_kind) {
   w8a16_gemv_body<FP8D_CFG_SCALE, FP8D_CFG_XKIND, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U>(

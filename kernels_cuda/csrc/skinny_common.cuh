@@ -10,10 +10,6 @@
 #pragma once
 #include "fp8_common.cuh"
 
-__device__ __forceinline__ unsigned fp8d_word(const uint4& v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
   const int c = f & 3, tile = f >> 2, mt = tile / NT, nt = tile % NT;

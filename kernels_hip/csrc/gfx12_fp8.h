@@ -66,7 +66,14 @@ __device__ __forceinline__ unsigned fp8d_encode4(float a, float b, float c, floa
   packed = __builtin_amdgcn_cvt_pk_fp8_f32(c, d, packed, true);
   return (unsigned)packed;
 }
-#endif  // fnuz hardware cannot produce e4m3fn's -0 / 0x7f NaN: no bit-exact hardware encode there
+#else
+// e4m3fnuz hardware cannot produce e4m3fn's -0 or its 0x7f NaN: encode in software (portability.cuh's
+// fp8d_sw_encode1, declared here, defined there), bit-exact but slower.
+__device__ unsigned fp8d_sw_encode1(float v);
+__device__ __forceinline__ unsigned fp8d_encode4(float a, float b, float c, float d) {
+  return fp8d_sw_encode1(a) | (fp8d_sw_encode1(b) << 8) | (fp8d_sw_encode1(c) << 16) | (fp8d_sw_encode1(d) << 24);
+}
+#endif
 
 // --- Wave reductions ------------------------------------------------------------------------------
 // Butterfly over all lanes through ds_bpermute (what HIP's __shfl_xor compiles to): every lane ends

@@ -98,9 +98,9 @@ class Journal:
             self._append(rec)
             return rec
 
-    def fail_dangling(self, why: str) -> list[MeasureKey]:
-        """Record every started-but-unfinished measurement as failed (called after a crash)."""
-        keys = list(self.dangling)
+    def fail_dangling(self, why: str, pid: int | None = None) -> list[MeasureKey]:
+        """Record started-but-unfinished measurements (of process `pid`, or all) as failed, after a crash."""
+        keys = [k for k, rec in self.dangling.items() if pid is None or rec.get("pid") == pid]
         for key in keys:
             self.finish(key, status="failed", error=why)
         return keys

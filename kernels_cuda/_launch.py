@@ -1,0 +1,246 @@
+"""Launchers: compile (cached), load per device, and launch the kernels on torch's current stream.
+
+Every launch passes torch tensors' data_ptr() and the current stream's handle; nothing synchronizes the
+host or reads a tensor value, so the calls can be captured in a CUDA graph. Allocation goes through
+torch's caching allocator (graph-safe).
+
+`arch=None` compiles for the tensor's device ("sm_90" on an H200). Tests pass arch="compute_80" to run
+the sm_80 code (software fp8 decode, bf16 MMA for W8A8) as PTX JIT-compiled on newer GPUs, and
+emulate_mma=True to run the portable MMA emulation the HIP build falls back to.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from dispatch.errors import BackendUnavailable, FormatError, UnsupportedError
+from dispatch.formats import ActGranularity, Format, QWeight
+
+from . import compiler
+from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
+
+SINGLE_CTA_ACT_QUANT_MAX = 1 << 18  # per-tensor act quant in one launch up to this many elements
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_unavailable_reason() -> str | None:
+    """None when CuPy + a CUDA GPU are usable in this process, else the reason."""
+    reason = compiler.nvrtc_unavailable_reason()
+    if reason:
+        return reason
+    if torch.version.hip is not None:
+        return "this torch is a ROCm build; the CUDA backend needs CUDA (see kernels_hip for AMD GPUs)"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch"
+    try:
+        import cupy  # noqa: F401, PLC0415
+
+        from cupy.cuda import function  # noqa: F401, PLC0415
+    except Exception as e:
+        return f"CuPy cannot load kernels ({type(e).__name__}: {e})"
+    return None
+
+
+def require_gpu() -> None:
+    reason = gpu_unavailable_reason()
+    if reason:
+        raise BackendUnavailable(f"kernels_cuda cannot run here: {reason}")
+
+
+@functools.lru_cache(maxsize=None)
+def device_arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _function(name: str, arch: str, defines: tuple[tuple[str, Any], ...], entry: str, device: int):
+    from cupy.cuda import Device, function  # noqa: PLC0415
+
+    built = compiler.compile_module(name, arch, dict(defines))
+    with Device(device):
+        mod = function.Module()
+        mod.load(built.image())
+        fn = mod.get_function(entry)
+    return mod, fn  # keep the module alive with the function
+
+
+def _stream(device: int):
+    from cupy.cuda import ExternalStream  # noqa: PLC0415
+
+    return ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
+
+
+def _ptr(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def _launch(name: str, entry: str, defines: dict[str, Any], device: int, arch: str | None, grid, block,
+            args, smem: int = 0) -> None:
+    from cupy.cuda import Device  # noqa: PLC0415
+
+    arch = arch or device_arch(device)
+    _, fn = _function(name, arch, tuple(sorted(defines.items())), entry, device)
+    with Device(device):
+        fn(tuple(grid), tuple(block), tuple(args), shared_mem=smem, stream=_stream(device))
+
+
+def _extra_defines(emulate_mma: bool, force_sw_cvt: bool) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if emulate_mma:
+        d["FP8D_FORCE_MMA_EMULATION"] = 1
+    if force_sw_cvt:
+        d["FP8D_FORCE_SW_CVT"] = 1
+    return d
+
+
+def _aligned16(t: torch.Tensor) -> torch.Tensor:
+    # 16-byte vector loads need a 16-byte aligned base; a view at an odd offset gets a fresh allocation.
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _check_gemv(x2d: torch.Tensor, qw: QWeight) -> tuple[int, int, int]:
+    if x2d.dim() != 2 or not x2d.is_contiguous():
+        raise FormatError("the CUDA GEMV takes a contiguous 2-D x [M, K]")
+    m, k = x2d.shape
+    n, kw = qw.shape
+    if k != kw:
+        raise FormatError(f"x has K = {k} but the weight has K = {kw}")
+    if not 1 <= m <= MAX_M:
+        raise UnsupportedError(f"the CUDA GEMV serves 1 <= M <= {MAX_M}, got M = {m}; use a GEMM candidate")
+    if k % 16:
+        raise UnsupportedError(f"the CUDA GEMV needs K % 16 == 0 (16-byte weight loads), got K = {k}")
+    if x2d.device != qw.device or x2d.device.type != "cuda":
+        raise FormatError("x and the weight must be on the same CUDA device")
+    return m, n, k
+
+
+def _out_and_bias(x2d, n, bias, out_dtype):
+    out_dtype = out_dtype or x2d.dtype
+    if out_dtype not in DTYPE_CODE:
+        raise UnsupportedError(f"output dtype {out_dtype} is not one of bf16, fp16, fp32")
+    if bias is not None and (bias.dtype not in DTYPE_CODE or not bias.is_contiguous()):
+        raise UnsupportedError(f"bias must be a contiguous bf16/fp16/fp32 tensor, got {bias.dtype}")
+    y = torch.empty((x2d.shape[0], n), dtype=out_dtype, device=x2d.device)
+    return y, out_dtype
+
+
+def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+               config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
+               force_sw_cvt: bool = False) -> torch.Tensor:
+    """y = x2d @ dequantize(qw).T (+ bias) for bf16/fp16 x, any of the four formats, 1 <= M <= 32."""
+    m, n, k = _check_gemv(x2d, qw)
+    if x2d.dtype not in (torch.bfloat16, torch.float16):
+        raise UnsupportedError(f"W8A16 GEMV takes bf16 or fp16 activations, got {x2d.dtype}")
+    if qw.format is Format.MXFP8 and x2d.dtype == torch.float16:
+        raise UnsupportedError("mxfp8 with fp16 activations: 2^e scales exceed fp16's range in the MMA operand; "
+                               "use bf16 activations")
+    cfg = config or GemvConfig()
+    if not cfg.fits(m):
+        raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
+    y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
+    x2d = _aligned16(x2d)
+    scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
+    defines = {"FP8D_CFG_SCALE": SCALE_CODE[qw.format], "FP8D_CFG_XKIND": DTYPE_CODE[x2d.dtype],
+               "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
+               **_extra_defines(emulate_mma, force_sw_cvt)}
+    grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
+    args = (_ptr(qw.qdata), _ptr(scale), _ptr(x2d), _ptr(bias), _ptr(y), np.int32(m), np.int32(n), np.int32(k),
+            np.int32(DTYPE_CODE[bias.dtype] if bias is not None else 0), np.int32(DTYPE_CODE[out_dtype]))
+    _launch("gemv_w8a16.cu", "fp8d_w8a16_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
+            args, cfg.smem_bytes(m))
+    return y
+
+
+def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *, arch: str | None = None,
+                        force_sw_cvt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused dynamic activation quantization of a contiguous [M, K] x: (codes e4m3 [M, K], fp32 scales) with
+    dispatch.quantize_activation's layouts ([], [M, 1], [M, ceil(K/128)]) and bits."""
+    g = ActGranularity.parse(granularity)
+    if x2d.dim() != 2 or not x2d.is_contiguous() or x2d.dtype not in DTYPE_CODE:
+        raise FormatError("fused activation quantization takes a contiguous 2-D bf16/fp16/fp32 x [M, K]")
+    m, k = x2d.shape
+    dev = x2d.device
+    idx = dev.index or 0
+    codes = torch.empty((m, k), dtype=torch.uint8, device=dev)
+    xk = np.int32(DTYPE_CODE[x2d.dtype])
+    defines = _extra_defines(False, force_sw_cvt)
+    if g is ActGranularity.PER_TOKEN:
+        scales = torch.empty((m, 1), dtype=torch.float32, device=dev)
+        if m:
+            threads = 1024 if k >= 4096 else (256 if k >= 512 else 128)
+            _launch("act_quant.cu", "fp8d_act_quant_token", defines, idx, arch, (m, 1, 1), (threads, 1, 1),
+                    (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(k)))
+    elif g is ActGranularity.PER_TOKEN_GROUP_128:
+        groups = math.ceil(k / 128)
+        scales = torch.empty((m, groups), dtype=torch.float32, device=dev)
+        items = m * groups
+        if items:
+            _launch("act_quant.cu", "fp8d_act_quant_group", defines, idx, arch, (math.ceil(items / 8), 1, 1),
+                    (256, 1, 1), (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(m), np.int32(k)))
+    else:
+        scales = torch.empty((), dtype=torch.float32, device=dev)
+        numel = m * k
+        if numel <= SINGLE_CTA_ACT_QUANT_MAX:
+            _launch("act_quant.cu", "fp8d_act_quant_tensor_single", defines, idx, arch, (1, 1, 1), (1024, 1, 1),
+                    (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int64(numel)))
+        else:
+            nparts = min(1024, math.ceil(numel / (256 * 16)))
+            partial = torch.empty((nparts,), dtype=torch.float32, device=dev)
+            _launch("act_quant.cu", "fp8d_act_amax_partial", defines, idx, arch, (nparts, 1, 1), (256, 1, 1),
+                    (_ptr(x2d), xk, _ptr(partial), np.int64(numel)))
+            _launch("act_quant.cu", "fp8d_act_quant_tensor_apply", defines, idx, arch,
+                    (min(4096, math.ceil(numel / 1024)), 1, 1), (256, 1, 1),
+                    (_ptr(x2d), xk, _ptr(partial), np.int32(nparts), _ptr(codes), _ptr(scales), np.int64(numel)))
+    return codes.view(torch.float8_e4m3fn), scales
+
+
+def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+              config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
+              force_sw_cvt: bool = False) -> torch.Tensor:
+    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV."""
+    m, n, k = _check_gemv(x2d, qw)
+    g = qw.act_granularity
+    if g is None:
+        raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
+    cfg = config or GemvConfig()
+    if not cfg.fits(m):
+        raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
+    y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
+    xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
+    defines = {"FP8D_CFG_ACTQ": ACTQ_CODE[g], "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles,
+               "FP8D_CFG_U": cfg.unroll, **_extra_defines(emulate_mma, force_sw_cvt)}
+    grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
+    args = (_ptr(qw.qdata), _ptr(qw.scale), _ptr(xq), _ptr(xs), _ptr(bias), _ptr(y), np.int32(m), np.int32(n),
+            np.int32(k), np.int32(DTYPE_CODE[bias.dtype] if bias is not None else 0), np.int32(DTYPE_CODE[out_dtype]))
+    _launch("gemv_w8a8.cu", "fp8d_w8a8_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
+            args, cfg.smem_bytes(m))
+    return y
+
+
+def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: DequantConfig | None = None, *,
+               arch: str | None = None, force_sw_cvt: bool = False) -> torch.Tensor:
+    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise UnsupportedError(f"the dequant kernel writes bf16 or fp16, got {dtype}")
+    if qw.device.type != "cuda":
+        raise FormatError("the dequant kernel needs the weight on a CUDA device")
+    cfg = config or DequantConfig()
+    n, k = qw.shape
+    out = torch.empty((n, k), dtype=dtype, device=qw.device)
+    scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
+    total = n * k
+    per_thread = 16 if k % 16 == 0 else 1
+    blocks = math.ceil(total / per_thread / cfg.threads)
+    if per_thread == 1:
+        blocks = min(blocks, 65535 * 16)  # grid-stride loop covers the rest
+    defines = {"FP8D_CFG_SCALE": SCALE_CODE[qw.format], **_extra_defines(False, force_sw_cvt)}
+    _launch("dequant.cu", "fp8d_dequant", defines, qw.device.index or 0, arch, (blocks, 1, 1), (cfg.threads, 1, 1),
+            (_ptr(qw.qdata), _ptr(scale), _ptr(out), np.int32(n), np.int32(k), np.int32(DTYPE_CODE[dtype])))
+    return out

@@ -1,0 +1,165 @@
+"""Candidates of the CUDA backend (NVRTC-compiled C++ in kernels_cuda/csrc), imported lazily by
+dispatch.registry. Importing this module touches no device, no compiler and no file; `available()` says
+whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
+
+  cuda.w8a16_gemv     decode W8A16, every weight scale layout, 1 <= M <= 32
+  cuda.w8a8_gemv      decode W8A8 (fused activation quantization + fp8 GEMV), 1 <= M <= 32
+  cuda.dequant_cublas weight dequantization kernel (fp8 -> bf16/fp16) then cuBLAS, W8A16 at any M
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from dispatch.formats import Act, Format, QWeight
+from dispatch.problem import Candidate, KernelConfig, Problem, Support
+from dispatch.target import Target
+
+from . import _launch
+from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
+
+# The lead flips this after tests/test_cuda_kernels.py passed on a GPU (dispatch.registry reads it).
+HARDWARE_VALIDATED = False
+
+_HALF = (torch.bfloat16, torch.float16)
+_OUT = (torch.bfloat16, torch.float16, torch.float32)
+SOURCES = ("kernels_cuda/csrc/portability.cuh", "kernels_cuda/csrc/fp8_common.cuh",
+           "kernels_cuda/csrc/skinny_common.cuh", "kernels_cuda/_launch.py", "kernels_cuda/compiler.py",
+           "kernels_cuda/configs.py")
+
+
+def backend_available() -> Support:
+    reason = _launch.gpu_unavailable_reason()
+    return Support.no(reason) if reason else Support.yes()
+
+
+def target_support(target: Target) -> Support:
+    """Which code path a target gets (feature predicates, never arch numbers)."""
+    if not target.is_cuda:
+        return Support.no(f"{target.arch}: the CUDA backend runs on NVIDIA GPUs only (kernels_hip serves AMD)")
+    if not target.has_hw_fp8_cvt:
+        return Support.yes(f"{target.arch}: software e4m3 decode, bf16 tensor-core MMA")
+    return Support.yes()
+
+
+def _gemv_support(problem: Problem, target: Target) -> Support:
+    t = target_support(target)
+    if not t:
+        return t
+    if problem.m > MAX_M:
+        return Support.no(f"M = {problem.m} > {MAX_M}: the GEMV keeps all tokens in MMA registers; a GEMM serves it")
+    if problem.k % 16:
+        return Support.no(f"K = {problem.k} is not a multiple of 16 (16-byte weight loads per lane)")
+    if problem.out_dtype not in _OUT:
+        return Support.no(f"output dtype {problem.out_dtype} is not bf16, fp16 or fp32")
+    return t
+
+
+class _CudaCandidate(Candidate):
+    backend = "cuda"
+
+    def available(self) -> Support:
+        return backend_available()
+
+
+class CudaW8A16Gemv(_CudaCandidate):
+    """fp8 weights decoded in registers to bf16 (f16 for f16 activations) and multiplied on the tensor
+    cores (m16n8k16, tokens as the 8-wide side), fp32 accumulation, in-CTA split-K reduced in warp order."""
+
+    id = "cuda.w8a16_gemv"
+    serves = frozenset((f, Act.BF16) for f in Format)
+    config_type = GemvConfig
+    source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a16.cu",)
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        s = _gemv_support(problem, target)
+        if not s:
+            return s
+        if problem.x_dtype not in _HALF:
+            return Support.no(f"activations of dtype {problem.x_dtype}: the tensor-core path takes bf16 or fp16")
+        if problem.fmt is Format.MXFP8 and problem.x_dtype == torch.float16:
+            return Support.no("mxfp8 with fp16 activations: 2^e scales leave fp16's range in the MMA operand")
+        return s
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return gemv_configs(problem, target)
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return default_gemv_config(problem, target)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.BF16)
+        return _launch.w8a16_gemv(x2d, qw, bias, out_dtype, config)
+
+
+class CudaW8A8Gemv(_CudaCandidate):
+    """Fused activation quantization (one launch at decode sizes) then an fp8 x fp8 GEMV: m16n8k32 e4m3
+    MMA where the target has fp8 MMA, exact bf16 decode + bf16 MMA otherwise."""
+
+    id = "cuda.w8a8_gemv"
+    serves = frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
+    config_type = GemvConfig
+    source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant.cu")
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        s = _gemv_support(problem, target)
+        if not s:
+            return s
+        if problem.x_dtype not in _OUT:
+            return Support.no(f"activations of dtype {problem.x_dtype} are not bf16, fp16 or fp32")
+        if not target.has_fp8_mma:
+            return Support.yes(f"{target.arch}: no fp8 MMA, codes decoded to bf16 for the bf16 MMA")
+        return s
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return gemv_configs(problem, target)
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return default_gemv_config(problem, target)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.FP8)
+        return _launch.w8a8_gemv(x2d, qw, bias, out_dtype, config)
+
+
+class CudaDequantCublas(_CudaCandidate):
+    """Dequantize the weight to the activation dtype with the dequant kernel, then one cuBLAS GEMM.
+    Costs 3 bytes of traffic per weight element on top of the GEMM: for large M, where the GEMM dominates.
+    The bf16 weight rounds once (dispatch.dequantize(qw).to(bf16), bit-identical); accumulation is cuBLAS's."""
+
+    id = "cuda.dequant_cublas"
+    serves = frozenset((f, Act.BF16) for f in Format)
+    config_type = DequantConfig
+    source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu",)
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        t = target_support(target)
+        if not t:
+            return t
+        if problem.x_dtype not in _HALF:
+            return Support.no(f"activations of dtype {problem.x_dtype}: cuBLAS half GEMM takes bf16 or fp16")
+        if problem.out_dtype not in _OUT:
+            return Support.no(f"output dtype {problem.out_dtype} is not bf16, fp16 or fp32")
+        return Support.yes("dequantize per call, then cuBLAS")
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return [DequantConfig(256), DequantConfig(128)]
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return DequantConfig()
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.BF16)
+        w = _launch.dequantize(qw, x2d.dtype, config)
+        b = None if bias is None else bias.to(x2d.dtype)
+        y = torch.nn.functional.linear(x2d, w, b)
+        return y if y.dtype == out_dtype else y.to(out_dtype)
+
+
+def candidates() -> list[Candidate]:
+    return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaDequantCublas()]

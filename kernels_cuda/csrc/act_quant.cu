@@ -1,0 +1,124 @@
+// act_quant.cu: dynamic activation quantization, bit-identical to dispatch.quantize_activation:
+//   s = max(amax, AMAX_FLOOR) / 448 (IEEE division, NaN propagating);  q = e4m3_rne(clamp(v / s, +-448))
+// Input x [M, K] contiguous in bf16 / f16 / f32 (x_kind, runtime: one uniform branch per load).
+// Every maximum is NaN-propagating and order-free, so the results do not depend on the thread layout.
+#include "fp8_common.cuh"
+
+__device__ __forceinline__ float fp8d_block_max(float v, float* sm) {
+  // sm: >= 32 floats of shared memory. Returns the CTA-wide NaN-propagating max to every thread.
+  v = fp8d_warp_max(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  __syncthreads();  // sm may be reused by the caller
+  if (lane == 0) sm[warp] = v;
+  __syncthreads();
+  float r = lane < nwarps ? sm[lane] : 0.0f;
+  r = fp8d_warp_max(r);
+  return r;
+}
+
+// Quantize elements [i0, i0 + 4) (those < end) of a flat array with scale s; `codes` byte i = element i.
+__device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uint8_t* codes, long long i0,
+                                                  long long end, float s, bool aligned4) {
+  float v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = (i0 + j < end) ? fp8d_load_as_f32(x, i0 + j, x_kind) : 0.0f;
+  const unsigned q = fp8d_quant4(v[0], v[1], v[2], v[3], s);
+  if (aligned4 && i0 + 4 <= end) {
+    *reinterpret_cast<unsigned*>(codes + i0) = q;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i0 + j < end) codes[i0 + j] = (uint8_t)(q >> (8 * j));
+  }
+}
+
+// Per token: one CTA per row m. scales[m] (the [M, 1] tensor).
+extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_token(const void* __restrict__ x, int x_kind,
+                                                                         uint8_t* __restrict__ codes,
+                                                                         float* __restrict__ scales, int K) {
+  __shared__ float sm[32];
+  const long long base = (long long)blockIdx.x * K;
+  float amax = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, base + k, x_kind)));
+  amax = fp8d_block_max(amax, sm);
+  const float s = fp8d_act_scale(amax);
+  if (threadIdx.x == 0) scales[blockIdx.x] = s;
+  const bool aligned4 = (K & 3) == 0;
+  for (int k = 4 * threadIdx.x; k < K; k += 4 * blockDim.x) fp8d_quant_store4(x, x_kind, codes, base + k, base + K, s, aligned4);
+}
+
+// Per token and 1x128 group: one warp per (m, group); scales [M, ceil(K/128)]. The last group may be
+// partial: its amax is over the values that exist, like the reference.
+extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_group(const void* __restrict__ x, int x_kind,
+                                                                        uint8_t* __restrict__ codes,
+                                                                        float* __restrict__ scales, int M, int K) {
+  const int groups = (K + FP8D_ACT_GROUP - 1) / FP8D_ACT_GROUP;
+  const long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (item >= (long long)M * groups) return;  // whole warps exit together
+  const int lane = threadIdx.x & 31;
+  const long long m = item / groups;
+  const int grp = (int)(item % groups);
+  const long long row0 = m * K, end = row0 + K;
+  const long long i0 = row0 + (long long)grp * FP8D_ACT_GROUP + 4 * lane;
+  static_assert(FP8D_ACT_GROUP == 4 * 32, "one warp covers a group with 4 values per lane");
+  float v[4];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[j] = (i0 + j < end) ? fp8d_load_as_f32(x, i0 + j, x_kind) : 0.0f;
+    amax = fp8d_nanmax(amax, fabsf(v[j]));
+  }
+  amax = fp8d_warp_max(amax);
+  const float s = fp8d_act_scale(amax);
+  if (lane == 0) scales[item] = s;
+  const unsigned q = fp8d_quant4(v[0], v[1], v[2], v[3], s);
+  if ((K & 3) == 0 && i0 + 4 <= end) {
+    *reinterpret_cast<unsigned*>(codes + i0) = q;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i0 + j < end) codes[i0 + j] = (uint8_t)(q >> (8 * j));
+  }
+}
+
+// Per tensor, decode sizes: ONE launch, one CTA reads x twice (amax, then codes; the second read hits L1/L2).
+extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_single(const void* __restrict__ x, int x_kind,
+                                                                                 uint8_t* __restrict__ codes,
+                                                                                 float* __restrict__ scale,
+                                                                                 long long numel) {
+  __shared__ float sm[32];
+  float amax = 0.0f;
+  for (long long i = threadIdx.x; i < numel; i += blockDim.x) amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
+  amax = fp8d_block_max(amax, sm);
+  const float s = fp8d_act_scale(amax);
+  if (threadIdx.x == 0) scale[0] = s;
+  for (long long i = 4 * (long long)threadIdx.x; i < numel; i += 4 * (long long)blockDim.x)
+    fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
+}
+
+// Per tensor, larger inputs: pass 1 writes one partial amax per CTA (no atomics, no zero-fill launch) ...
+extern "C" __global__ void __launch_bounds__(256) fp8d_act_amax_partial(const void* __restrict__ x, int x_kind,
+                                                                         float* __restrict__ partial, long long numel) {
+  __shared__ float sm[32];
+  float amax = 0.0f;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < numel; i += (long long)gridDim.x * blockDim.x)
+    amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
+  amax = fp8d_block_max(amax, sm);
+  if (threadIdx.x == 0) partial[blockIdx.x] = amax;
+}
+
+// ... pass 2: every CTA reduces the partials itself (a few hundred floats) and quantizes its slice.
+extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_tensor_apply(const void* __restrict__ x, int x_kind,
+                                                                               const float* __restrict__ partial,
+                                                                               int npartial, uint8_t* __restrict__ codes,
+                                                                               float* __restrict__ scale, long long numel) {
+  __shared__ float sm[32];
+  float amax = 0.0f;
+  for (int i = threadIdx.x; i < npartial; i += blockDim.x) amax = fp8d_nanmax(amax, partial[i]);
+  amax = fp8d_block_max(amax, sm);
+  const float s = fp8d_act_scale(amax);
+  if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
+  for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < numel;
+       i += 4 * (long long)gridDim.x * blockDim.x)
+    fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
+}

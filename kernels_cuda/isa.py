@@ -1,0 +1,176 @@
+"""Ahead-of-time ISA rows of the CUDA kernels (tools/isa_report aggregates them): every kernel family is
+compiled by NVRTC for sm_80, sm_89 and sm_90 without a GPU, and its SASS (cuobjdump from the triton
+wheel) is inspected for what the design promises:
+
+  - 128-bit weight loads (LDG.E.128 / LDG.E.NA.128),
+  - hardware e4m3 conversion (F2FP ... E4M3) on sm_89+ where the kernel converts, none of it on sm_80,
+  - the MMA instructions used (HMMA bf16/f16, QMMA e4m3 on sm_89; sm_90 has no mma.sync fp8 in
+    hardware, so ptxas lowers it to F2FP to f16 + HMMA),
+  - no local-memory spills (ptxas -v spill bytes and LDL/STL in the SASS).
+
+The W8A16 bf16 kernels decode fp8 in software on every arch by design: a byte permute, two logic ops
+and one HFMA2.BF16 per pair of codes is cheaper than F2FP (which yields f16) plus an f16 -> bf16 step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import pathlib
+import re
+import subprocess
+from typing import Any
+
+from dispatch.errors import CompileError
+from dispatch.isa import IsaRow
+from dispatch.problem import Problem
+from dispatch.target import Target
+from dispatch.formats import Act, Format
+
+from . import compiler
+
+ARCHS = ("sm_80", "sm_89", "sm_90")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One compiled instantiation shown in the report."""
+
+    kernel: str  # report name
+    source: str
+    defines: tuple[tuple[str, Any], ...]
+    problem: Problem | None  # what the support predicate is asked (None: helper kernel, always supported)
+    candidate: str  # candidate id whose support predicate decides `supported`
+    expect_hw_cvt: bool  # the kernel converts fp8 with F2FP on sm_89+ by design
+
+
+def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int) -> Variant:
+    import torch  # noqa: PLC0415
+
+    dt = {0: torch.bfloat16, 1: torch.float16}[xk]
+    name = f"w8a16_gemv[{scale},{'bf16' if xk == 0 else 'f16'},M<={8 * nt}]"
+    d = {"FP8D_CFG_SCALE": {"tensor": 0, "row": 1, "block": 2, "mx": 3}[scale], "FP8D_CFG_XKIND": xk,
+         "FP8D_CFG_NT": nt, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2 if nt < 4 else 1}
+    return Variant(name, "gemv_w8a16.cu", tuple(sorted(d.items())), Problem(fmt, Act.BF16, m, 4096, 4096, dt, dt),
+                   "cuda.w8a16_gemv", xk == 1)
+
+
+def _gemv8(scheme: str, fmt: Format, nt: int, m: int) -> Variant:
+    d = {"FP8D_CFG_ACTQ": {"tensor": 0, "token": 1, "group": 2}[scheme], "FP8D_CFG_NT": nt, "FP8D_CFG_MT": 1,
+         "FP8D_CFG_U": 2 if nt < 4 else 1}
+    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
+                   Problem(fmt, Act.FP8, m, 4096, 4096), "cuda.w8a8_gemv", False)
+
+
+def variants() -> list[Variant]:
+    v = [_gemv16(s, f, 0, 1, 1) for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW),
+                                              ("block", Format.FP8_BLOCK), ("mx", Format.MXFP8))]
+    v += [_gemv16("row", Format.FP8_ROW, 1, 1, 1), _gemv16("block", Format.FP8_BLOCK, 0, 4, 32),
+          _gemv16("mx", Format.MXFP8, 0, 4, 32)]
+    v += [_gemv8(s, f, 1, 1) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
+                                          ("group", Format.FP8_BLOCK))]
+    v += [_gemv8("group", Format.FP8_BLOCK, 4, 32)]
+    v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
+    for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
+                 ("mx", Format.MXFP8)):
+        v.append(Variant(f"dequant[{s}]", "dequant.cu", (("FP8D_CFG_SCALE", {"tensor": 0, "row": 1, "block": 2,
+                                                                          "mx": 3}[s]),),
+                         Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.dequant_cublas", True))
+    return v
+
+
+@functools.lru_cache(maxsize=1)
+def cuobjdump() -> pathlib.Path | None:
+    env = os.environ.get("FP8DISPATCH_CUOBJDUMP")
+    if env:
+        return pathlib.Path(env)
+    try:
+        import triton  # noqa: PLC0415
+    except Exception:
+        return None
+    p = pathlib.Path(triton.__file__).resolve().parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return p if p.is_file() else None
+
+
+_OPCODE_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+
+
+def sass_opcodes(cubin: pathlib.Path) -> list[str]:
+    tool = cuobjdump()
+    if tool is None:
+        raise CompileError("cuobjdump not found (it ships in the triton wheel: triton/backends/nvidia/bin); "
+                           "set FP8DISPATCH_CUOBJDUMP")
+    out = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, errors="replace")
+    if out.returncode != 0:
+        raise CompileError(f"cuobjdump failed on {cubin}:\n{out.stderr}")
+    return _OPCODE_RE.findall(out.stdout)
+
+
+@dataclasses.dataclass(frozen=True)
+class SassFacts:
+    widest_load_bits: int
+    hw_e4m3_cvt: bool
+    mma: str
+    local_mem_ops: int
+
+    @classmethod
+    def of(cls, ops: list[str]) -> "SassFacts":
+        widest = 0
+        for op in ops:
+            if op.startswith("LDG"):
+                bits = 32
+                for b in (128, 64, 16, 8):
+                    if f".{b}" in op or (b in (16, 8) and (f".U{b}" in op or f".S{b}" in op)):
+                        bits = b
+                        break
+                widest = max(widest, bits)
+        mmas = sorted({op for op in ops if "MMA" in op})
+        hw = any(op.startswith("F2FP") and "E4M3" in op for op in ops)
+        local = sum(1 for op in ops if op.startswith(("LDL", "STL")))
+        return cls(widest, hw, ", ".join(mmas) or "none", local)
+
+
+def _supported(v: Variant, arch: str) -> bool:
+    from .candidates import candidates  # noqa: PLC0415
+
+    if v.problem is None:
+        return True
+    target = Target.simulated_for(arch)
+    cand = {c.id: c for c in candidates()}[v.candidate]
+    return bool(cand.supports(v.problem, target))
+
+
+def row_for(v: Variant, arch: str) -> IsaRow:
+    supported = _supported(v, arch)
+    try:
+        built = compiler.compile_module(v.source, arch, dict(v.defines))
+        facts = SassFacts.of(sass_opcodes(built.path))
+    except Exception as e:  # a failed compile is a row, never an exception out of the report
+        first = "\n".join(str(e).splitlines()[:6])
+        return IsaRow("cuda", v.kernel, arch, supported, False, error=first)
+    res = compiler.ptxas_resources(built.log)
+    spills = res.get("spill_bytes", 0) + 4 * facts.local_mem_ops
+    note = f"{res.get('registers', '?')} regs"
+    if not facts.hw_e4m3_cvt and v.expect_hw_cvt and Target.simulated_for(arch).has_hw_fp8_cvt:
+        note += "; EXPECTED hw F2FP e4m3 conversion is missing"
+    if v.kernel.startswith("w8a16_gemv") and "bf16" in v.kernel:
+        note += "; bf16 decode in software by design (cheaper than F2FP + f16->bf16)"
+    if "QMMA" not in facts.mma and v.kernel.startswith("w8a8") and arch == "sm_90":
+        note += "; sm_90 has no native mma.sync e4m3: ptxas lowers it to F2FP->f16 + HMMA"
+    return IsaRow("cuda", v.kernel, arch, supported, True, mma=facts.mma,
+                  fp8_cvt="hw" if facts.hw_e4m3_cvt else "sw", widest_load_bits=facts.widest_load_bits,
+                  spills=spills, note=note)
+
+
+def isa_rows() -> list[IsaRow]:
+    """One row per (variant, arch). Without NVRTC every row says why it did not compile."""
+    reason = compiler.nvrtc_unavailable_reason()
+    rows = []
+    for v in variants():
+        for arch in ARCHS:
+            if reason:
+                rows.append(IsaRow("cuda", v.kernel, arch, _supported(v, arch), False, error=reason))
+            else:
+                rows.append(row_for(v, arch))
+    return rows

@@ -1,0 +1,130 @@
+"""Candidates of the Triton backend (imported lazily by dispatch.registry): data, not an if/else chain.
+
+Decode (M <= 64): `triton.w8a16_gemv`, `triton.w8a8_gemv` (kernels_triton/_gemv*.py).
+Prefill: appended below by the GEMM module owner (kernels_triton/_gemm*.py).
+
+Importing this module does not import triton or touch a device; `available()` says whether Triton can run.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import torch
+
+from dispatch.formats import Act, Format, QWeight
+from dispatch.problem import Candidate, KernelConfig, Problem, Support
+from dispatch.target import Target
+
+from .configs import GEMV_MAX_M, GemvConfig, gemv_configs
+
+_X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_GROUP_K = {Format.FP8_TENSOR: 0, Format.FP8_ROW: 0, Format.FP8_BLOCK: 128, Format.MXFP8: 32}
+
+
+@functools.lru_cache(maxsize=None)
+def triton_available() -> Support:
+    try:
+        import triton  # noqa: F401
+    except Exception as e:  # any import failure (missing wheel, broken install) makes the backend unavailable
+        return Support.no(f"triton is not importable ({type(e).__name__}: {e}); pip install triton")
+    return Support.yes()
+
+
+def target_support(target: Target) -> Support:
+    """Whether the Triton decode kernels can run on `target` at all, and by which fp8 path."""
+    if target.is_cpu:
+        return Support.no("Triton kernels need a CUDA or ROCm GPU (the CPU interpreter is for tests only)")
+    if target.is_rocm and not target.arch.startswith("gfx12"):
+        # CDNA3 (gfx942) hardware fp8 is e4m3fnuz (max 240, other NaN/zero codes), not this library's
+        # e4m3fn; its software path is unvalidated there, so it is not offered.
+        return Support.no(f"{target.arch}: only RDNA4 (gfx12) is supported on ROCm by the Triton backend "
+                          "(CDNA3 fp8 is e4m3fnuz)")
+    if not target.has_triton_fp8_dtype:
+        return Support.yes(f"{target.arch}: no Triton fp8 type, uint8 codes with software e4m3 decode")
+    return Support.yes()
+
+
+def _common_support(problem: Problem, target: Target) -> Support:
+    t = target_support(target)
+    if not t:
+        return t
+    if problem.m > GEMV_MAX_M:
+        return Support.no(f"M = {problem.m} is above the decode range (M <= {GEMV_MAX_M}); the prefill GEMM serves it")
+    if problem.x_dtype not in _X_DTYPES:
+        return Support.no(f"activations of dtype {problem.x_dtype} are not supported (bf16, fp16, fp32)")
+    if problem.out_dtype not in _X_DTYPES:
+        return Support.no(f"output dtype {problem.out_dtype} is not supported (bf16, fp16, fp32)")
+    return t
+
+
+class _GemvCandidate(Candidate):
+    backend = "triton"
+    config_type = GemvConfig
+    source_files = ("kernels_triton/_gemv_kernels.py", "kernels_triton/_gemv.py", "kernels_triton/_fp8.py",
+                    "kernels_triton/_act_quant.py", "kernels_triton/configs.py")
+
+    def available(self) -> Support:
+        return triton_available()
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return gemv_configs(problem, target, _GROUP_K[problem.fmt])
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return self.configs(problem, target)[0]
+
+
+class TritonW8A16Gemv(_GemvCandidate):
+    """Decode W8A16: fp8 weight codes decoded in-kernel (hardware cvt or software), x in bf16/fp16/fp32,
+    fp32 accumulation, split-K with a deterministic reduction. Every weight scale layout."""
+
+    id = "triton.w8a16_gemv"
+    serves = frozenset((f, Act.BF16) for f in Format)
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if problem.act is not Act.BF16:
+            return Support.no("serves W8A16 (act='bf16') only; W8A8 is triton.w8a8_gemv")
+        return _common_support(problem, target)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        from ._gemv import w8a16_gemv
+        assert isinstance(config, GemvConfig)
+        return w8a16_gemv(x2d, qw, bias, out_dtype, config)
+
+
+class TritonW8A8Gemv(_GemvCandidate):
+    """Decode W8A8: dynamic activation quantization fused into the GEMV (or the fused act-quant kernel
+    first), fp8 x fp8 products (fp8 MMA for block_m >= 16; bf16 MMA on exact decoded codes without fp8
+    hardware), per-tensor, per-token x per-row, and 1x128 x 128x128 block scales."""
+
+    id = "triton.w8a8_gemv"
+    serves = frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if problem.act is not Act.FP8:
+            return Support.no("serves W8A8 (act='fp8') only; W8A16 is triton.w8a16_gemv")
+        if problem.fmt is Format.MXFP8:
+            return Support.no("mxfp8 has no W8A8 mode (e8m0 groups along K have no matching activation scheme)")
+        return _common_support(problem, target)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        from ._gemv import w8a8_gemv
+        assert isinstance(config, GemvConfig)
+        return w8a8_gemv(x2d, qw, bias, out_dtype, config)
+
+
+def candidates() -> list[Candidate]:
+    out: list[Candidate] = [TritonW8A16Gemv(), TritonW8A8Gemv()]
+    out.extend(_prefill_candidates())
+    return out
+
+
+# ==== Prefill candidates (owned by the triton-gemm helper: append imports/entries inside this function) ====
+def _prefill_candidates() -> list[Candidate]:
+    extra: list[Candidate] = []
+    # --- triton-gemm: append below this line ---
+    return extra
+# ==== end of prefill section ====

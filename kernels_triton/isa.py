@@ -1,0 +1,242 @@
+"""Ahead-of-time ISA rows of the Triton backend (`isa_rows()`), for `tools/isa_report.py`.
+
+Every kernel variant the Triton candidates can launch (decode GEMV, activation quantization, and the
+prefill GEMMs listed by `_gemm_isa`) is compiled with `triton.compile(ASTSource(...), target=GPUTarget(...))`
+for cuda sm_80 / sm_89 / sm_90 and hip gfx1201 -- no GPU needed -- and the generated code is inspected:
+matrix instruction family, fp8 conversions in hardware or software, widest global load, spills.
+
+Compiles run in worker processes (one per core by default): each is single-threaded and ~1-3 s.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+from typing import Any, Callable
+
+from dispatch.isa import IsaRow
+from dispatch.target import Target
+
+ISA_TARGETS = ("sm_80", "sm_89", "sm_90", "gfx1201")
+
+
+@dataclasses.dataclass(frozen=True)
+class IsaVariant:
+    kernel: str
+    target: str
+    fn: Callable[..., Any]
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    supported: bool
+    attrs: dict = dataclasses.field(default_factory=dict)
+    note: str = ""
+
+    def gpu_target(self):
+        from triton.backends.compiler import GPUTarget
+        if self.target.startswith("sm_"):
+            return GPUTarget("cuda", int(self.target[3:]), 32)
+        return GPUTarget("hip", self.target, 32)
+
+
+def _attrs(fn, signature: dict[str, str], ints: tuple[str, ...]) -> dict:
+    """tt.divisibility=16 on pointers and the listed ints: what the JIT infers for K % 16 == 0 problems."""
+    names = list(fn.arg_names)
+    return {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
+            if v != "constexpr" and (v.startswith("*") or k in ints)}
+
+
+def _gemv_variants(arch: str) -> list[IsaVariant]:
+    from . import _gemv_kernels as K
+    from ._gemm_layouts import WScale
+    from .candidates import target_support
+    from .configs import GemvConfig, exact_hw_e4m3_cast
+
+    t = Target.simulated_for(arch)
+    sup = bool(target_support(t))
+    hw = t.has_triton_fp8_dtype
+    cvt = hw and exact_hw_e4m3_cast(t)
+    out: list[IsaVariant] = []
+
+    def add(name: str, wscale: WScale, a_mode: int, cfg: GemvConfig, x: str = "bf16", direct: bool = True):
+        codes = "*fp8e4nv" if hw else "*u8"
+        sig = {"x_ptr": codes if a_mode == 1 else f"*{x}", "xs_ptr": "*fp32", "w_ptr": codes,
+               "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16",
+               "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+               "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
+        if cfg.use_dot:
+            g = cfg.block_k
+        elif wscale is WScale.MX32:
+            g = 32
+        elif wscale is WScale.BLOCK128:
+            g = min(cfg.block_k, 128)
+        else:
+            g = cfg.block_k
+        cx = dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=False,
+                  HAS_BIAS=True, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                  BLOCK_K=cfg.block_k, G=g, NUM_STAGES=cfg.num_stages)
+        for k in cx:
+            sig[k] = "constexpr"
+        out.append(IsaVariant(name, arch, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages, sup,
+                              _attrs(K._gemv_kernel, sig, ("N", "K", "stride_xm", "stride_om"))))
+
+    fma = GemvConfig(1, 32, 256)
+    dot = GemvConfig(16, 64, 128)
+    for ws in WScale:
+        n = ws.name.lower()
+        add(f"w8a16_gemv_fma[{n}]", ws, 0, fma, direct=ws is not WScale.TENSOR)
+        add(f"w8a16_gemv_mma[{n}]", ws, 0, dot)
+    add("w8a16_gemv_mma[mx32,fp16]", WScale.MX32, 0, dot, x="fp16")
+    for ws in (WScale.TENSOR, WScale.ROW, WScale.BLOCK128):
+        n = {WScale.TENSOR: "tensor", WScale.ROW: "token_row", WScale.BLOCK128: "group_block"}[ws]
+        add(f"w8a8_gemv_fma_fusedq[{n}]", ws, 2, GemvConfig(4, 32, 256) if ws is WScale.BLOCK128 else fma)
+        add(f"w8a8_gemv_mma_fusedq[{n}]", ws, 2, dot)
+        add(f"w8a8_gemv_mma[{n}]", ws, 1, dot)
+    sig = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "SPLIT_K": "i32",
+           "stride_om": "i32", "HAS_BIAS": "constexpr", "BLOCK": "constexpr"}
+    out.append(IsaVariant("gemv_splitk_reduce", arch, K._gemv_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
+                          sup, _attrs(K._gemv_reduce, sig, ("N", "stride_om"))))
+    return out
+
+
+def _act_quant_variants(arch: str) -> list[IsaVariant]:
+    from . import _act_quant as A
+    from .candidates import target_support
+    from .configs import exact_hw_e4m3_cast
+
+    t = Target.simulated_for(arch)
+    sup = bool(target_support(t))
+    hw = t.has_triton_fp8_dtype
+    cvt = hw and exact_hw_e4m3_cast(t)
+    q = "*fp8e4nv" if hw else "*u8"
+    specs = [
+        ("act_quant_per_token", A._per_token_kernel,
+         {"x_ptr": "*bf16", "q_ptr": q, "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32"},
+         {"HW_FP8": hw, "HW_CVT": cvt, "BLOCK": 2048}, ("K", "stride_xm", "stride_qm")),
+        ("act_quant_group128", A._per_group_kernel,
+         {"x_ptr": "*bf16", "q_ptr": q, "s_ptr": "*fp32", "K": "i32", "NG": "i32", "stride_xm": "i32",
+          "stride_qm": "i32", "stride_sm": "i32"},
+         {"HW_FP8": hw, "HW_CVT": cvt, "GROUPS": 8}, ("K", "stride_xm", "stride_qm")),
+        ("act_quant_tensor_single", A._per_tensor_single_kernel,
+         {"x_ptr": "*bf16", "q_ptr": q, "s_ptr": "*fp32", "NUMEL": "i32"},
+         {"HW_FP8": hw, "HW_CVT": cvt, "BLOCK": 2048}, ("NUMEL",)),
+        ("act_quant_tensor_amax", A._partial_amax_kernel,
+         {"x_ptr": "*bf16", "amax_bits_ptr": "*i32", "NUMEL": "i32"}, {"BLOCK": 2048, "ITERS": 8}, ("NUMEL",)),
+        ("act_quant_tensor_cast", A._cast_by_amax_kernel,
+         {"x_ptr": "*bf16", "q_ptr": q, "s_ptr": "*fp32", "amax_bits_ptr": "*i32", "NUMEL": "i32"},
+         {"HW_FP8": hw, "HW_CVT": cvt, "BLOCK": 2048}, ("NUMEL",)),
+    ]
+    out = []
+    for name, fn, sig, cx, ints in specs:
+        sig = dict(sig, **{k: "constexpr" for k in cx})
+        out.append(IsaVariant(name, arch, fn, sig, cx, 4, 1, sup, _attrs(fn, sig, ints)))
+    return out
+
+
+def _gemm_variants(targets: tuple[str, ...]) -> list[Any]:
+    try:
+        from ._gemm_isa import gemm_isa_variants
+    except ImportError:  # the prefill module is optional for this report
+        return []
+    return list(gemm_isa_variants(targets))
+
+
+def all_variants(targets: tuple[str, ...] = ISA_TARGETS, include_gemm: bool = True) -> list[Any]:
+    out: list[Any] = []
+    for arch in targets:
+        out += _gemv_variants(arch)
+        out += _act_quant_variants(arch)
+    if include_gemm:
+        out += _gemm_variants(targets)
+    return out
+
+
+# --- inspection ---------------------------------------------------------------------------------------
+
+_PTX_LD = re.compile(r"\bld\.global(?:\.[a-z]+)*?(?:\.v(\d))?\.(?:b|u|s|f)(\d+)")
+_GCN_LD = re.compile(r"\b(?:global|buffer)_load_(?:dwordx(\d)|dword\b|b(\d+)|[ui](\d+)|short|ubyte|sbyte)")
+
+
+def _tool(name: str) -> str:
+    import triton
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _inspect_cuda(ck) -> dict[str, Any]:
+    ptx = ck.asm["ptx"]
+    mma = "none"
+    m = re.search(r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)", ptx)
+    if m:
+        mma = f"wgmma {'fp8' if 'e4m3' in m.group(1) else m.group(1)}"
+    else:
+        m = re.search(r"mma\.sync\.aligned\.[a-z0-9.]*?\.f32\.(\w+)\.(\w+)", ptx)
+        if m:
+            mma = f"mma.sync {'fp8' if 'e4m3' in m.group(1) else m.group(1)}"
+    dec = bool(re.search(r"cvt\.rn\.f16x2\.e4m3x2", ptx))
+    enc = bool(re.search(r"cvt\.rn\.satfinite\.e4m3x2\.f32", ptx))
+    enc16 = bool(re.search(r"cvt\.rn\.satfinite\.e4m3x2\.f16x2", ptx))
+    widest = 0
+    for v, b in _PTX_LD.findall(ptx):
+        widest = max(widest, int(v or 1) * int(b))
+    spills = 0
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(ck.asm["cubin"])
+            f.flush()
+            res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
+                                 text=True, timeout=60)
+        mm = re.search(r"LOCAL:(\d+)", res.stdout)
+        spills = int(mm.group(1)) if mm else 0
+    except (OSError, subprocess.SubprocessError):
+        spills = -1
+    parts = (["hw-dec"] if dec else []) + (["hw-enc"] if enc else []) + (["hw-enc-via-f16"] if enc16 else [])
+    return {"mma": mma, "fp8_cvt": "+".join(parts) or "sw", "widest_load_bits": widest, "spills": spills}
+
+
+def _inspect_hip(ck) -> dict[str, Any]:
+    gcn = ck.asm["amdgcn"]
+    mma = "none"
+    m = re.search(r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b", gcn)
+    if m:
+        mma = f"v_wmma {'fp8' if m.group(1) == 'fp8_fp8' else m.group(1)}"
+    cv = set(re.findall(r"v_cvt_(?:pk_)?(?:f32_fp8|fp8_f32)", gcn))
+    widest = 0
+    for dx, b, u in _GCN_LD.findall(gcn):
+        widest = max(widest, 32 * int(dx) if dx else int(b or u or 32))
+    mm = re.search(r"ScratchSize:\s*(\d+)", gcn)
+    return {"mma": mma, "fp8_cvt": "hw" if cv else "sw", "widest_load_bits": widest,
+            "spills": int(mm.group(1)) if mm else 0}
+
+
+def compile_and_inspect(v: Any) -> IsaRow:
+    """Compile one variant for its target and describe the code; a compile failure is a row, not a raise."""
+    import triton
+    from triton.compiler import ASTSource
+    try:
+        src = ASTSource(fn=v.fn, signature=v.signature, constexprs=v.constexprs, attrs=v.attrs)
+        ck = triton.compile(src, target=v.gpu_target(), options={"num_warps": v.num_warps, "num_stages": v.num_stages})
+    except Exception as e:  # any compiler error is the report's content
+        msg = " ".join(str(e).strip().splitlines()[-3:])[:300]
+        return IsaRow("triton", v.kernel, v.target, v.supported, False, error=f"{type(e).__name__}: {msg}")
+    info = _inspect_cuda(ck) if v.target.startswith("sm_") else _inspect_hip(ck)
+    return IsaRow("triton", v.kernel, v.target, v.supported, True, **info, note=getattr(v, "note", ""))
+
+
+def _compile_index(args: tuple[tuple[str, ...], bool, int]) -> IsaRow:
+    targets, include_gemm, i = args
+    return compile_and_inspect(all_variants(targets, include_gemm)[i])
+
+
+def isa_rows(targets: tuple[str, ...] = ISA_TARGETS, jobs: int | None = None, include_gemm: bool = True) -> list[IsaRow]:
+    """Compile every Triton variant for every target (no GPU). `jobs` worker processes (default: cores)."""
+    n = len(all_variants(targets, include_gemm))
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1:
+        return [_compile_index((targets, include_gemm, i)) for i in range(n)]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as ex:
+        return list(ex.map(_compile_index, [(targets, include_gemm, i) for i in range(n)]))

@@ -1,0 +1,180 @@
+"""Selection with simulated targets: pure, no GPU. Expectations are derived from the candidates' own
+support predicates, never restated here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dispatch import registry
+from dispatch.errors import NoCandidateError
+from dispatch.force import policy
+from dispatch.formats import Act, Format
+from dispatch.heuristic import prior_of
+from dispatch.linear import fast_bucket
+from dispatch.problem import M_BUCKETS, Problem, m_bucket
+from dispatch.select import select
+from dispatch.target import Target
+from dispatch.torch_candidates import ScaledMMBlockwise, ScaledMMRowwise, ScaledMMTensorwise, candidates
+from tests.dispatch_fakes import ALL_PAIRS, fake_backends
+
+SHAPES = [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (2112, 7168), (3000, 1000), (192, 576)]
+ARCHES = ["sm_80", "sm_89", "sm_90", "gfx1201"]
+
+
+def problems(ms=(1, 4, 16, 64, 256, 1024, 4096)):
+    for f, a in sorted(ALL_PAIRS, key=str):
+        for n, k in SHAPES:
+            for m in ms:
+                yield Problem(f, a, m, n, k)
+
+
+def _uses_fp8_mma(c, p, t) -> bool:
+    declared = getattr(c, "uses_fp8_mma", None)
+    return prior_of(c, p, t).fp8_mma if declared is None else declared
+
+
+def _all_candidates():
+    return list(candidates()) + fake_backends()
+
+
+def test_fast_bucket_matches_m_bucket():
+    for m in list(range(1, 5000)) + [8191, 8192, 8193, 100000]:
+        assert fast_bucket(m) == m_bucket(m), m
+
+
+@pytest.mark.parametrize("with_fakes", [False, True])
+def test_sm80_never_fp8_mma_or_scaled_mm(with_fakes):
+    t = Target.simulated_for("sm_80")
+    cands = _all_candidates() if with_fakes else list(candidates())
+    by_id = {c.id: c for c in cands}
+    for p in problems():
+        d = select(p, t, candidates=cands)
+        c = by_id[d.candidate_id]
+        assert "scaled_mm" not in d.candidate_id
+        assert not _uses_fp8_mma(c, p, t), (p, d.candidate_id)
+        # and every fp8-MMA candidate said no, with a reason
+        for cid, why in d.rejected:
+            if cid in by_id and _uses_fp8_mma(by_id[cid], p, t):
+                assert why
+
+
+def test_sm89_never_blockwise_scaled_mm():
+    t = Target.simulated_for("sm_89")
+    bw = ScaledMMBlockwise()
+    for p in problems():
+        assert not bw.supports(p, t)
+        d = select(p, t, candidates=_all_candidates())
+        assert d.candidate_id != bw.id
+
+
+def test_sm90_blockwise_gates():
+    bw = ScaledMMBlockwise()
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    p = Problem(Format.FP8_BLOCK, Act.FP8, 64, 4096, 4096)
+    assert bw.supports(p, t)
+    # M = 1 is refused by cuBLAS: never selected there
+    p1 = Problem(Format.FP8_BLOCK, Act.FP8, 1, 4096, 4096)
+    assert not bw.supports(p1, t)
+    assert select(p1, t, candidates=list(candidates())).candidate_id != bw.id
+    # torch version gate
+    old = Target.simulated_for("sm_90", torch_version="2.8.0")
+    s = bw.supports(p, old)
+    assert not s and "2.9" in s.reason
+    assert select(p, old, candidates=list(candidates())).candidate_id != bw.id
+
+
+def test_torch_version_gates_rowwise_sm89():
+    rw = ScaledMMRowwise()
+    p = Problem(Format.FP8_ROW, Act.FP8, 16, 4096, 4096)
+    assert not rw.supports(p, Target.simulated_for("sm_89", torch_version="2.6.0"))
+    assert rw.supports(p, Target.simulated_for("sm_89", torch_version="2.7.0"))
+    assert rw.supports(p, Target.simulated_for("sm_90", torch_version="2.5.0"))
+    assert not ScaledMMTensorwise().supports(Problem(Format.FP8_TENSOR, Act.FP8, 16, 4096, 4096),
+                                             Target.simulated_for("sm_80"))
+
+
+def test_gfx1201_picks_hip_or_triton_when_they_support_it():
+    t = Target.simulated_for("gfx1201")
+    cands = _all_candidates()
+    for p in problems(ms=(1, 4, 16)):
+        d = select(p, t, candidates=cands)
+        native = [c for c in cands if c.backend in ("hip", "triton") and (p.fmt, p.act) in c.serves
+                  and c.supports(p, t)]
+        if native:
+            assert d.backend in ("hip", "triton"), (p, d)
+
+
+def test_gfx1201_with_registered_backends():
+    # the same statement over whatever backends this build registers (fakes excluded)
+    t = Target.simulated_for("gfx1201")
+    cands = registry.candidates()
+    for p in problems(ms=(1, 16)):
+        native = [c for c in cands if c.backend in ("hip", "triton") and (p.fmt, p.act) in c.serves
+                  and c.available() and c.supports(p, t)]
+        if native:
+            assert select(p, t, candidates=cands).backend in ("hip", "triton")
+
+
+def test_selection_is_pure_and_deterministic():
+    t = Target.simulated_for("sm_90")
+    cands = _all_candidates()
+    p = Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4096)
+    assert select(p, t, candidates=cands) == select(p, t, candidates=cands)
+
+
+def test_every_pair_has_a_candidate_everywhere():
+    # the reference is the last resort: every (format, act) runs on every target
+    for arch in ARCHES + ["cpu"]:
+        t = Target.simulated_for(arch)
+        for p in problems(ms=(1, 4096)):
+            select(p, t, candidates=list(candidates()))
+
+
+def test_cpu_uses_scaled_mm_only_where_it_matches():
+    t = Target.simulated_for("cpu")
+    for p in problems(ms=(1, 64)):
+        d = select(p, t, candidates=list(candidates()))
+        assert d.candidate_id in {c.id for c in candidates() if c.supports(p, t)}
+        assert d.candidate_id != "torch.dequant_mm"
+
+
+def test_force_and_deny():
+    t = Target.simulated_for("sm_90")
+    cands = _all_candidates()
+    p = Problem(Format.FP8_TENSOR, Act.FP8, 16, 4096, 4096)
+    d = select(p, t, candidates=cands, policy=policy(force=("torch.reference",)))
+    assert d.candidate_id == "torch.reference"
+    assert any("not forced" in why for _, why in d.rejected)
+    d = select(p, t, candidates=cands, policy=policy(force=("triton",)))
+    assert d.backend == "triton"
+    d = select(p, t, candidates=cands, policy=policy(deny=("triton", "cuda", "torch.scaled_mm_tensorwise")))
+    assert d.backend == "torch" and d.candidate_id != "torch.scaled_mm_tensorwise"
+    d = select(p, t, candidates=cands, policy=policy(force=("triton.*",)))
+    assert d.backend == "triton"
+    with pytest.raises(NoCandidateError) as ei:
+        select(p, t, candidates=cands, policy=policy(force=("cuda.does_not_exist",)))
+    msg = str(ei.value)
+    assert "cuda.does_not_exist" in msg and "torch.reference" in msg and "not forced" in msg
+
+
+def test_no_candidate_error_lists_every_reason():
+    t = Target.simulated_for("sm_80")
+    p = Problem(Format.FP8_TENSOR, Act.FP8, 16, 4096, 4096)
+    with pytest.raises(NoCandidateError) as ei:
+        select(p, t, candidates=[ScaledMMTensorwise()], unavailable={"hip": "no ROCm here"})
+    msg = str(ei.value)
+    assert "fp8 tensor cores" in msg and "hip.*" in msg and "no ROCm here" in msg
+
+
+def test_fp32_and_fp16_problems_select():
+    t = Target.simulated_for("sm_90")
+    for xd in (torch.float16, torch.float32):
+        p = Problem(Format.FP8_ROW, Act.FP8, 16, 4096, 4096, xd, xd)
+        d = select(p, t, candidates=list(candidates()))
+        # rowwise _scaled_mm writes bf16 only on GPUs: never chosen for fp16/fp32 output
+        assert d.candidate_id != "torch.scaled_mm_rowwise"
+
+
+def test_buckets_cover_serving_range():
+    assert M_BUCKETS[0] == 1 and all(b == 2 * a for a, b in zip(M_BUCKETS, M_BUCKETS[1:]))
