@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from .force import Policy, current as current_policy
+from .force import current as current_policy
 from . import registry
 from .formats import QWeight
 from .linear import _problem, fast_bucket
@@ -55,6 +55,9 @@ class Explanation:
             lines.append(f"policy:  force={list(pol.force)} deny={list(pol.deny)} ({pol.origin})")
         if d.estimates:
             lines.append("estimates: " + ", ".join(f"{cid} {us:g} us{self._tag(cid)}" for cid, us in d.estimates))
+        if d.assumed_available:
+            lines.append("assumed available on the simulated target (cannot run in this process):")
+            lines += [f"  - {cid}: {why}{self._tag(cid)}" for cid, why in d.assumed_available]
         lines.append("rejected:" if d.rejected else "rejected: none")
         lines += [f"  - {cid}: {why}{self._tag(cid)}" for cid, why in d.rejected]
         if d.skipped_entries:

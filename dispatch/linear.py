@@ -29,6 +29,7 @@ from .force import Policy, current as current_policy
 from . import registry
 from .errors import FormatError, UnsupportedError
 from .formats import QWeight
+from .ops import linear_op, remember
 from .problem import M_BUCKETS, Candidate, KernelConfig, Problem
 from .select import Decision, select
 from .tables import tables_for
@@ -85,6 +86,9 @@ def plan_for(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dt
 def _prepared(qw: QWeight, cand: Candidate) -> Any:
     prep = qw._cache.setdefault(PREPARED_KEY, {})
     if cand.id not in prep:
+        if type(cand).prepare is Candidate.prepare:  # nothing to prepare: safe even inside capture
+            prep[cand.id] = None
+            return None
         if qw.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise UnsupportedError(
                 f"dispatch.linear: the first call for this weight with {cand.id} happens inside CUDA-graph "
@@ -98,8 +102,6 @@ def linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """y[..., N] = x[..., K] @ W.T (+ bias) with the weight's format semantics (see dispatch.reference)."""
     if torch.compiler.is_compiling():
-        from .ops import linear_op
-
         return linear_op(x, qw.qdata, qw.scale, qw.format.value, qw.act.value, bias, out_dtype)
     return _linear(x, qw, bias, out_dtype)
 
@@ -144,8 +146,6 @@ def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: 
             if plan is None:
                 plan = plan_for(qw, bucket, x_dtype, out_dtype, bias is not None, policy)
                 plans[key] = plan
-        from .ops import remember
-
         remember(qw)
     if two_d:  # the common serving case: no reshape/view (each costs ~1 us of host time)
         return plan.run(x if x.is_contiguous() else x.contiguous(), qw, plan.prepared, bias, out_dtype,

@@ -56,7 +56,7 @@ def _lookup(qdata: torch.Tensor, scale: torch.Tensor, fmt: str, act: str) -> QWe
 @torch.library.custom_op("fp8dispatch::linear", mutates_args=())
 def linear_op(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, fmt: str, act: str,
               bias: Optional[torch.Tensor], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
-    from .linear import _linear
+    from .linear import _linear  # linear imports this module: resolve the cycle at call time
 
     y = _linear(x, _lookup(qdata, scale, fmt, act), bias, out_dtype)
     # custom ops must not return a view of an input (possible for nothing here, but M = 0 paths are cheap)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from .force import Policy, current as current_policy
+from .force import current as current_policy
 from .formats import QWeight
 from .linear import PLANS_KEY, _linear, fast_bucket, linear
 

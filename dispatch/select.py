@@ -45,6 +45,8 @@ class Decision:
     skipped_entries: tuple[str, ...] = ()  # table entries that were found but not used, with reasons
     estimates: tuple[tuple[str, float], ...] = ()  # heuristic estimates (us) of every eligible candidate
     problem: Problem | None = None
+    # simulated targets: eligible candidates unavailable in this process (assumed present on the target)
+    assumed_available: tuple[tuple[str, str], ...] = ()
 
     @property
     def backend(self) -> str:
@@ -84,10 +86,13 @@ def _config_for(cand: Candidate, entry: Entry, tier: Tier, idx: int, problem: Pr
 
 
 def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], policy: Policy,
-             unavailable: Mapping[str, str] | None = None) -> tuple[list[Candidate], list[tuple[str, str]]]:
-    """Candidates that may run `problem` on `target`, and every rejected one with its reason."""
+             unavailable: Mapping[str, str] | None = None
+             ) -> tuple[list[Candidate], list[tuple[str, str]], list[tuple[str, str]]]:
+    """Candidates that may run `problem` on `target`, every rejected one with its reason, and (simulated
+    targets only) the eligible ones that cannot run in this process, with why."""
     ok: list[Candidate] = []
     rejected: list[tuple[str, str]] = []
+    assumed: list[tuple[str, str]] = []
     for backend, why in (unavailable or {}).items():
         rejected.append((f"{backend}.*", f"backend unavailable: {why}"))
     for c in candidates:
@@ -97,27 +102,32 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
                 why = f"does not serve {problem.fmt}/{problem.act}"
             else:
                 av = c.available()
-                if not av:
+                # available() describes this process (toolkit, visible GPU); a simulated target plans for
+                # another machine, so there it is assumed and only reported (Decision.assumed_available).
+                if not av and not target.simulated:
                     why = f"unavailable: {av.reason}"
                 else:
                     sp = c.supports(problem, target)
                     if not sp:
                         why = sp.reason
+                    elif not av:
+                        assumed.append((c.id, av.reason))
         if why is None:
             ok.append(c)
         else:
             rejected.append((c.id, why))
-    return ok, rejected
+    return ok, rejected, assumed
 
 
 def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidates: Sequence[Candidate] = (),
            policy: Policy | None = None, *, unavailable: Mapping[str, str] | None = None,
-           source_hash: Callable[[Candidate], str] | None = None) -> Decision:
+           source_hash: Callable[[Candidate], str] | None = None,
+           hardware_validated: Callable[[Candidate], bool] | None = None) -> Decision:
     """Choose an implementation and config for `problem` on `target` (see the module docstring)."""
     if source_hash is None:
         from .registry import source_hash
     policy = policy or _policy()
-    ok, rejected = eligible(problem, target, candidates, policy, unavailable)
+    ok, rejected, assumed = eligible(problem, target, candidates, policy, unavailable)
     if not ok:
         lines = "\n".join(f"  - {cid}: {why}" for cid, why in rejected) or "  (no candidates registered)"
         hint = (f"\nThe policy {policy.origin} restricts candidates; relax it (force={list(policy.force)}, "
@@ -129,7 +139,7 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
     by_id = {c.id: c for c in ok}
     rejected_ids = dict(rejected)
     skipped: list[str] = []
-    common = dict(rejected=tuple(rejected), problem=problem)
+    common = dict(rejected=tuple(rejected), problem=problem, assumed_available=tuple(assumed))
 
     def usable(tier: Tier, idx: int, e: Entry) -> Candidate | None:
         ref = _entry_ref(tier, idx, e)
@@ -172,16 +182,24 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
             return Decision(cand.id, cfg, "nearest", f"nearest tuned shape (distance {d:.2f}): "
                             + _entry_ref(tier, idx, e), skipped_entries=tuple(skipped), **common)
 
-    est = sorted(((estimate_us(c, problem, target), i, c) for i, c in enumerate(ok)), key=lambda t: t[:2])
-    best = est[0][2]
+    if hardware_validated is None:
+        from .registry import hardware_validated
+    # The heuristic never prefers a kernel that has not run on real hardware over one that has (a tuned
+    # entry may choose it: it was measured). Estimates are listed for all.
+    est = sorted(((not hardware_validated(c), estimate_us(c, problem, target), i, c) for i, c in enumerate(ok)),
+                 key=lambda t: t[:3])
+    best = est[0][3]
+    unproven = [c.id for u, _, _, c in est if u]
     why_miss = "no tuned table applies" if not tables.tiers else "no tuned entry within reach"
     _log_once(("heuristic",) + key + (target.arch, target.device_name),
               "%s for %s/%s N=%d K=%d M-bucket=%d on %s (%s): analytic heuristic picks %s",
               why_miss, problem.fmt, problem.act, problem.n, problem.k, problem.bucket, target.device_name,
               target.arch, best.id)
     forced = f" among candidates allowed by {policy.origin}" if policy.active else ""
+    ranked = (f"; ranked after hardware-validated candidates: {', '.join(unproven)}"
+              if unproven and best.id not in unproven else "")
     return Decision(best.id, best.default_config(problem, target), "heuristic",
-                    f"{why_miss}; analytic estimate {est[0][0]:.1f} us{forced} (bytes/FLOPs vs "
-                    f"{target.spec.reference_part} rates)",
-                    skipped_entries=tuple(skipped), estimates=tuple((c.id, round(u, 2)) for u, _, c in est),
+                    f"{why_miss}; analytic estimate {est[0][1]:.1f} us{forced} (bytes/FLOPs vs "
+                    f"{target.spec.reference_part} rates){ranked}",
+                    skipped_entries=tuple(skipped), estimates=tuple((c.id, round(u, 2)) for _, u, _, c in est),
                     **common)

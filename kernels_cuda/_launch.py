@@ -25,7 +25,9 @@ from . import compiler
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
 from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 
-SINGLE_CTA_ACT_QUANT_MAX = 1 << 18  # per-tensor act quant in one launch up to this many elements
+# Per-tensor activation quantization runs in ONE launch (one CTA) up to this many elements: at decode sizes
+# that is cheaper than two launches; above it one SM reading x twice would cost more than a second launch.
+SINGLE_CTA_ACT_QUANT_MAX = 1 << 16
 
 
 @functools.lru_cache(maxsize=1)

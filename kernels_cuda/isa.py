@@ -125,7 +125,7 @@ class SassFacts:
                         bits = b
                         break
                 widest = max(widest, bits)
-        mmas = sorted({op for op in ops if "MMA" in op})
+        mmas = sorted({op for op in ops if op.startswith(("HMMA", "QMMA", "IMMA", "HGMMA", "QGMMA"))})
         hw = any(op.startswith("F2FP") and "E4M3" in op for op in ops)
         local = sum(1 for op in ops if op.startswith(("LDL", "STL")))
         return cls(widest, hw, ", ".join(mmas) or "none", local)

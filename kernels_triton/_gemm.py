@@ -183,7 +183,7 @@ def _w8a16_gemm_kernel(
         else:
             w = _decode_codes(codes, HW_FP8, DTYPE)
         if WSCALE == _W_BLOCK128:
-            s = tl.load(ws_row + k0 // _BLOCK)
+            s = tl.load(ws_row)
             acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)
         elif WSCALE == _W_MX32 and not MX_PRESCALE:
             # BLOCK_K == 32 (checked by the launcher): this tile is exactly group kt.

@@ -48,6 +48,11 @@ def _divisible(names: list[str], signature: dict[str, str]) -> dict:
             if signature[k].startswith("*") or k in names}
 
 
+def _supported(target: Target) -> bool:
+    from .candidates import target_support  # the predicate both prefill candidates start from
+    return bool(target_support(target))
+
+
 def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> GemmIsaVariant:
     from ._gemm import _w8a16_gemm_kernel
     hw = target.has_triton_fp8_dtype
@@ -64,7 +69,7 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> G
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.
     ints = ["K", "stride_xm", "stride_wn", "stride_ym"] + (["stride_ws"] if wscale is WScale.MX32 else [])
     return GemmIsaVariant(name, target.arch, _w8a16_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
-                          supported=True, attrs=_divisible(ints, sig))
+                          supported=_supported(target), attrs=_divisible(ints, sig))
 
 
 def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> GemmIsaVariant:
@@ -80,7 +85,7 @@ def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> GemmIsaV
         sig[k] = "constexpr"
     name = f"w8a8_gemm[{scales.name.lower()}]"
     return GemmIsaVariant(name, target.arch, _w8a8_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
-                          supported=True, attrs=_divisible(["K", "stride_xm", "stride_wn", "stride_ym"], sig))
+                          supported=_supported(target), attrs=_divisible(["K", "stride_xm", "stride_wn", "stride_ym"], sig))
 
 
 def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[GemmIsaVariant]:

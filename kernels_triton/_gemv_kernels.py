@@ -80,7 +80,10 @@ def _tensor_scale(x_ptr, stride_xm, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.con
     return amax_to_scale(tl.reduce(amax, 0, _max_nan))
 
 
-@triton.jit
+# M and the split count change with every decode batch: never specialize on them (no recompiles for a new
+# M, no M == 1 variant). N and K keep Triton's divisibility-by-16 specialization: it is what proves the
+# weight rows 16-byte aligned and allows 128-bit loads (a bounded number of variants per weight shape).
+@triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _gemv_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, out_ptr, part_ptr,
     M, N, K, SPLIT_K,
@@ -259,7 +262,7 @@ def _gemv_kernel(
         tl.store(pptrs, acc, mask=omask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _gemv_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
     """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic."""

@@ -126,5 +126,7 @@ def candidates() -> list[Candidate]:
 def _prefill_candidates() -> list[Candidate]:
     extra: list[Candidate] = []
     # --- triton-gemm: append below this line ---
+    from ._gemm_candidates import gemm_candidates
+    extra.extend(gemm_candidates())
     return extra
 # ==== end of prefill section ====

@@ -98,7 +98,9 @@ def auto_split_k(m: int, n: int, k: int, cfg: GemvConfig, sm_count: int) -> int:
     k_tiles = math.ceil(k / cfg.block_k)
     want = 4 * sm_count
     split = 1
-    while split * 2 <= k_tiles and tiles_mn * split < want:
+    # Each extra split writes and re-reads an fp32 [M, N] partial: keep that under 1/8 of the weight stream.
+    while (split * 2 <= k_tiles and tiles_mn * split < want
+           and 2 * (split * 2) * m * n * 4 <= n * k // 8):
         split *= 2
     return split
 

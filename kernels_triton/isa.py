@@ -224,6 +224,13 @@ def compile_and_inspect(v: Any) -> IsaRow:
         msg = " ".join(str(e).strip().splitlines()[-3:])[:300]
         return IsaRow("triton", v.kernel, v.target, v.supported, False, error=f"{type(e).__name__}: {msg}")
     info = _inspect_cuda(ck) if v.target.startswith("sm_") else _inspect_hip(ck)
+    hw = v.constexprs.get("HW_FP8")
+    if hw is False:
+        info["fp8_cvt"] = "sw (uint8 codes)"
+    elif info["fp8_cvt"] == "sw":
+        # fp8 typed, yet no conversion instruction: consumed directly by an fp8 MMA, or (gfx1201) Triton
+        # lowers the conversions to integer sequences.
+        info["fp8_cvt"] = "none" if v.target.startswith("sm_") else "sw (triton lowering)"
     return IsaRow("triton", v.kernel, v.target, v.supported, True, **info, note=getattr(v, "note", ""))
 
 

@@ -30,7 +30,8 @@ _LAYOUT = {Format.FP8_TENSOR: 0, Format.FP8_ROW: 1, Format.FP8_BLOCK: 2, Format.
 def _count_nonfinite(w, mask, bad_ptr):
     nonfinite = (w != w) | (tl.abs(w) == float("inf"))
     n_bad = tl.sum(tl.where(mask & nonfinite, 1, 0))
-    tl.atomic_add(bad_ptr, n_bad)
+    if n_bad > 0:  # a device-side branch: thousands of programs would otherwise contend on one counter
+        tl.atomic_add(bad_ptr, n_bad)
 
 
 @triton.jit

@@ -227,6 +227,28 @@ def test_dispatch_path_equals_reference_on_cpu():
     variants = [acc.Variant("fp8_block", "fp8"), acc.Variant("fp8_row", "fp8"), acc.Variant("mxfp8", "bf16")]
     res, status = acc.check_mode(setup, variants, [False, True], lambda s: None)
     assert status == 0, res
+    # on the CPU the dispatcher runs the reference semantics: the same numbers, bit for bit
+    assert all(r["abs_diff"] == 0 and r["max_token_diff"] == 0 for r in res), res
+    assert all(r["kernels"] for r in res)
+
+
+@needs_transformers
+@pytest.mark.skipif(not hasattr(dispatch, "quantize_model"), reason="dispatch.quantize_model not landed yet")
+def test_dispatch_modules_use_quantize_model_include_exclude():
+    model = _tiny_llama()
+    v = acc.Variant("fp8_row", "fp8")
+    body = acc.dispatch_modules(model, v, acc.linear_names(model, lm_head=False))
+    assert sorted(body) == sorted(acc.linear_names(model, lm_head=False))
+    assert all(isinstance(m, dispatch.FP8Linear) and m.format.value == "fp8_row" and m.act.value == "fp8"
+               for m in body.values())
+    head = acc.dispatch_modules(model, v, [acc.LM_HEAD])
+    assert list(head) == [acc.LM_HEAD]
+    # the model itself is left as it was: quantize_model's in-place swap is undone
+    assert all(type(model.get_submodule(n)) is torch.nn.Linear for n in acc.linear_names(model, lm_head=True))
+    assert not hasattr(model, "fp8dispatch_quantized")
+    mx = acc.dispatch_modules(model, acc.Variant("mxfp8", "bf16", "floor"), [acc.LM_HEAD])[acc.LM_HEAD]
+    want = dispatch.quantize(model.lm_head.weight.detach(), "mxfp8", act="bf16", mx_scale_mode="floor")
+    assert torch.equal(mx.qweight.scale.view(torch.uint8), want.scale.view(torch.uint8))
 
 
 @pytest.mark.gpu

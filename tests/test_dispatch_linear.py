@@ -17,7 +17,7 @@ from dispatch.explain import NOT_RUN_ON_HARDWARE
 from dispatch.formats import Act, Format
 from dispatch.linear import PLANS_KEY, clear_plans
 from dispatch.target import Target
-from tests.dispatch_fakes import FakeKernel, fake_backends
+from dispatch_fakes import FakeKernel, fake_backends
 
 PAIRS = [(f, a) for f in Format for a in Act if (f, a) != (Format.MXFP8, Act.FP8)]
 N, K = 192, 320  # partial 128-blocks in both dims, K not a multiple of 32*... (320 = 10 * 32)
@@ -181,9 +181,12 @@ def test_explain_marks_unvalidated_backends(weights):
     with registry.use_candidates(fake_backends(), unvalidated_backends=["hip"]):
         e = dispatch.explain((1, K), qw, target=Target.simulated_for("gfx1201"))
         s = str(e)
-        assert e.candidate_id == "hip.w8a16_gemv"
-        assert f"hip.w8a16_gemv [{NOT_RUN_ON_HARDWARE}]" in s
+        assert e.candidate_id == "triton.gemv"  # the heuristic ranks unvalidated kernels last
+        assert f"[{NOT_RUN_ON_HARDWARE}]" in s and "hip.w8a16_gemv" in s
         assert "triton.gemv [" not in s
+        with dispatch.force("hip"):
+            e = dispatch.explain((1, K), qw, target=Target.simulated_for("gfx1201"))
+            assert f"chosen:  hip.w8a16_gemv [{NOT_RUN_ON_HARDWARE}]" in str(e)
 
 
 def test_explain_from_tensor_and_shape_agree(weights):
@@ -248,3 +251,23 @@ def test_torch_compile_fullgraph_cpu(weights):
     for shape in [(2, 3, K), (5, K)]:
         x = torch.randn(*shape, dtype=torch.bfloat16)
         torch.testing.assert_close(cf(x), f(x))
+
+
+@pytest.mark.parametrize("fmt", list(Format))
+def test_dequant_mm_route_math_on_cpu(fmt, monkeypatch):
+    """The GPU-only dequantize-then-GEMM route's math, run directly on CPU tensors (small chunks force the
+    chunk loop through partial 128-row blocks)."""
+    import dispatch.torch_candidates as tc
+
+    monkeypatch.setattr(tc, "_DEQUANT_CHUNK_ELEMS", 128 * K)
+    w = torch.randn(3 * 128 + 17, K) * torch.logspace(-3, 1, K)
+    qw = dispatch.quantize(w, fmt, act="bf16")
+    exact = dispatch.dequantize(qw)
+    assert torch.equal(tc.dequantize_to(qw, torch.float32), exact)
+    assert torch.equal(tc.dequantize_to(qw, torch.bfloat16), exact.bfloat16())
+    x = torch.randn(5, K, dtype=torch.bfloat16)
+    b = torch.randn(qw.out_features, dtype=torch.bfloat16)
+    y = tc.DequantMM().run(x, qw, None, b, torch.bfloat16, None)
+    ref = dispatch.reference.linear(x, qw, b).float()
+    # the weight is rounded to bf16 before the GEMM: ~2^-9 relative per element, not bitwise
+    assert y.dtype == torch.bfloat16 and ((y.float() - ref).norm() / ref.norm()).item() < 1e-2

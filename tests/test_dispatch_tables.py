@@ -16,7 +16,7 @@ from dispatch.problem import Problem
 from dispatch.registry import source_hash
 from dispatch.select import select
 from dispatch.target import Target
-from tests.dispatch_fakes import FakeConfig, fake_backends
+from dispatch_fakes import FakeConfig, fake_backends
 
 H200 = Target.simulated_for("sm_90", torch_version="2.11.0")
 

@@ -16,7 +16,8 @@ from dispatch.problem import M_BUCKETS, Problem, m_bucket
 from dispatch.select import select
 from dispatch.target import Target
 from dispatch.torch_candidates import ScaledMMBlockwise, ScaledMMRowwise, ScaledMMTensorwise, candidates
-from tests.dispatch_fakes import ALL_PAIRS, fake_backends
+from dispatch.problem import Support
+from dispatch_fakes import ALL_PAIRS, FakeKernel, fake_backends
 
 SHAPES = [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (2112, 7168), (3000, 1000), (192, 576)]
 ARCHES = ["sm_80", "sm_89", "sm_90", "gfx1201"]
@@ -57,6 +58,26 @@ def test_sm80_never_fp8_mma_or_scaled_mm(with_fakes):
         for cid, why in d.rejected:
             if cid in by_id and _uses_fp8_mma(by_id[cid], p, t):
                 assert why
+
+
+def test_sm80_registered_backends_never_scaled_mm():
+    t = Target.simulated_for("sm_80")
+    cands = registry.candidates()
+    for p in problems(ms=(1, 16, 1024)):
+        d = select(p, t, candidates=cands, unavailable=registry.unavailable_backends())
+        assert "scaled_mm" not in d.candidate_id
+        assert registry.get(d.candidate_id).supports(p, t)
+
+
+def test_simulated_target_assumes_availability():
+    class Absent(FakeKernel):
+        def available(self):
+            return Support.no("toolkit missing here")
+
+    t = Target.simulated_for("sm_90")
+    p = Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4096)
+    d = select(p, t, candidates=[Absent("cuda.k", vendor="nvidia")])
+    assert d.candidate_id == "cuda.k" and d.assumed_available == (("cuda.k", "toolkit missing here"),)
 
 
 def test_sm89_never_blockwise_scaled_mm():
@@ -110,8 +131,9 @@ def test_gfx1201_with_registered_backends():
     t = Target.simulated_for("gfx1201")
     cands = registry.candidates()
     for p in problems(ms=(1, 16)):
+        # availability in this (CPU) process is not asked for a simulated target
         native = [c for c in cands if c.backend in ("hip", "triton") and (p.fmt, p.act) in c.serves
-                  and c.available() and c.supports(p, t)]
+                  and c.supports(p, t)]
         if native:
             assert select(p, t, candidates=cands).backend in ("hip", "triton")
 
@@ -178,3 +200,13 @@ def test_fp32_and_fp16_problems_select():
 
 def test_buckets_cover_serving_range():
     assert M_BUCKETS[0] == 1 and all(b == 2 * a for a, b in zip(M_BUCKETS, M_BUCKETS[1:]))
+
+
+def test_heuristic_ranks_unvalidated_backends_last():
+    t = Target.simulated_for("gfx1201")
+    p = Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4096)
+    cands = fake_backends()
+    d = select(p, t, candidates=cands, hardware_validated=lambda c: c.backend != "hip")
+    assert d.backend == "triton" and "hip.w8a16_gemv" in d.detail
+    d = select(p, t, candidates=cands, policy=policy(force=("hip",)), hardware_validated=lambda c: c.backend != "hip")
+    assert d.candidate_id == "hip.w8a16_gemv"  # still reachable when it is the only one allowed

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import glob
 import json
 import math
 import pathlib
@@ -46,6 +47,7 @@ DEFAULT_TEXT = REPO.parent / "shared" / "data" / "text" / "pride_and_prejudice.t
 KERNEL_TOLERANCE = 0.002  # nats/token: kernel path vs reference path, per variant
 TARGET_COST = 0.03  # nats/token with the lm_head excluded (issue 8)
 LM_HEAD = "lm_head"
+REFERENCE_CANDIDATE = "torch.reference"  # the dispatcher's own reference candidate (dispatch/torch_candidates.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,7 @@ def linear_names(model: torch.nn.Module, lm_head: bool) -> list[str]:
     The embedding is never touched: the lm_head is tied to it, so 'lm_head in' means an FP8 Linear built from
     the tied weight while the embedding lookup stays in full precision."""
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != LM_HEAD]
-    if lm_head:
+    if lm_head and isinstance(getattr(model, LM_HEAD, None), torch.nn.Linear):
         names.append(LM_HEAD)
     return names
 
@@ -166,17 +168,49 @@ def reference_modules(model: torch.nn.Module, variant: Variant, names: Sequence[
 
 
 def dispatch_modules(model: torch.nn.Module, variant: Variant, names: Sequence[str]) -> dict[str, torch.nn.Module]:
-    """FP8Linear modules made by the dispatcher's own `quantize_model`, applied to a shell of the Linears."""
-    shell = torch.nn.Module()
-    for n in names:  # a flat shell: quantize_model sees exactly these Linears, nothing else of the model
-        shell.add_module(n.replace(".", "__"), model.get_submodule(n))
-    quantized = dispatch.quantize_model(shell, variant.fmt, act=variant.act, mx_scale_mode=variant.mx_scale_mode)
-    shell = quantized if isinstance(quantized, torch.nn.Module) else shell
-    out = {n: shell.get_submodule(n.replace(".", "__")) for n in names}
+    """FP8Linear modules made by the dispatcher's own `quantize_model` (include/exclude globs), then detached.
+
+    quantize_model works in place; the originals are put back at once so that `patched` decides what runs."""
+    names = list(names)
+    every = linear_names(model, lm_head=True)
+    if set(names) == set(every) - {LM_HEAD}:
+        include, exclude = ["*"], [LM_HEAD]
+    elif set(names) == set(every):
+        include, exclude = ["*"], []
+    else:  # an explicit subset (the lm_head alone, an encoder's layers): exact names as globs
+        include, exclude = [glob.escape(n) for n in names], []
+    originals = {n: model.get_submodule(n) for n in every}
+    try:
+        dispatch.quantize_model(model, variant.fmt, act=variant.act, include=include, exclude=exclude,
+                                mx_scale_mode=variant.mx_scale_mode)
+        done = list(getattr(model, "fp8dispatch_quantized", []))
+        out = {n: model.get_submodule(n) for n in done}
+    finally:
+        for n, m in originals.items():
+            _set_module(model, n, m)
+        if hasattr(model, "fp8dispatch_quantized"):
+            del model.fp8dispatch_quantized
+    if sorted(done) != sorted(names):
+        raise RuntimeError(f"quantize_model(include={include}, exclude={exclude}) replaced {len(done)} layers, "
+                           f"expected {len(names)}: {sorted(set(done) ^ set(names))[:5]}")
     for n, m in out.items():
         if not isinstance(m, dispatch.FP8Linear):
             raise TypeError(f"quantize_model left {n} as {type(m).__name__}, not FP8Linear")
     return out
+
+
+def kernels_used(modules: dict[str, torch.nn.Module]) -> dict[str, int]:
+    """Which implementation the dispatcher chose, counted over layers (read from each weight's plan cache)."""
+    from dispatch.linear import PLANS_KEY
+
+    used: dict[str, int] = {}
+    for m in modules.values():
+        qw = getattr(m, "qweight", None)
+        if not isinstance(m, dispatch.FP8Linear) or qw is None:
+            continue
+        for plan in (qw._cache.get(PLANS_KEY) or {}).values():
+            used[plan.decision.candidate_id] = used.get(plan.decision.candidate_id, 0) + 1
+    return dict(sorted(used.items()))
 
 
 MakeModules = Callable[[torch.nn.Module, Variant, Sequence[str]], dict]
@@ -205,11 +239,12 @@ class Row:
     stats: PairedStats | None = None
     seconds: float = 0.0
     error: str | None = None
+    kernels: dict = dataclasses.field(default_factory=dict)  # dispatcher choices: candidate id -> layers
     nll: torch.Tensor | None = dataclasses.field(default=None, repr=False)
 
     def to_json(self) -> dict:
         d = {"variant": self.variant, "lm_head": self.lm_head, "path": self.path, "seconds": round(self.seconds, 1),
-             "error": self.error}
+             "error": self.error, "kernels": self.kernels}
         if self.stats is not None:
             d.update(dataclasses.asdict(self.stats))
         return d
@@ -246,6 +281,7 @@ def run_variant(setup: EvalSetup, variant: Variant, path: str, base: torch.Tenso
                 mods.update(make(setup.model, variant, [LM_HEAD]))
             with patched(setup.model, mods):
                 row.nll = setup.nll()
+            row.kernels = kernels_used(mods)
             row.stats = paired_stats(row.nll, base, setup.window)
         except Exception as e:
             row.error = f"{type(e).__name__}: {e}"
@@ -323,8 +359,8 @@ def check_mode(setup: EvalSetup, variants: Sequence[Variant], lm_heads: Sequence
             "reference; the kernel check needs --device cuda")
     base = setup.nll()
     results, bad = [], 0
-    log("| variant | lm_head | NLL kernel | NLL reference | |diff| | max per-token |diff| | verdict |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |")
+    log("| variant | lm_head | NLL kernel | NLL reference | abs diff | max per-token abs diff | verdict | "
+        "implementations chosen (layers x plans) |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     for v in variants:
         ker = run_variant(setup, v, "dispatch", base, lm_heads, lambda s: None)
         ref = run_variant(setup, v, "reference", base, lm_heads, lambda s: None)
@@ -333,16 +369,19 @@ def check_mode(setup: EvalSetup, variants: Sequence[Variant], lm_heads: Sequence
             if k.error or r.error:
                 res["verdict"] = "FAILED (error)"
                 bad += 1
-                log(f"| {v.label} | {k.lm_head} | {k.error or ''} | {r.error or ''} | | | FAILED |")
+                log(f"| {v.label} | {k.lm_head} | {k.error or ''} | {r.error or ''} | | | FAILED | |")
             else:
                 diff = abs(k.stats.mean - r.stats.mean)
                 tok_diff = float((k.nll - r.nll).abs().max())
                 ok = diff <= tolerance
                 bad += 0 if ok else 1
+                only_ref = set(k.kernels) <= {REFERENCE_CANDIDATE}
+                verdict = ("ok (reference path only: no kernel checked)" if only_ref else "ok") if ok else "KERNEL WRONG"
                 res.update(kernel=k.stats.mean, reference=r.stats.mean, abs_diff=diff, max_token_diff=tok_diff,
-                           verdict="ok" if ok else "KERNEL WRONG")
+                           verdict=verdict, kernels=k.kernels)
+                ran = ", ".join(f"{c} x{n}" for c, n in k.kernels.items()) or "-"
                 log(f"| {v.label} | {k.lm_head} | {k.stats.mean:.5f} | {r.stats.mean:.5f} | {diff:.5f} | "
-                    f"{tok_diff:.4f} | {res['verdict']} |")
+                    f"{tok_diff:.4f} | {res['verdict']} | {ran} |")
             results.append(res)
     if bad:
         log(f"FAIL: {bad} (variant, lm_head) pair(s) where the kernel path is more than {tolerance} nats/token from "

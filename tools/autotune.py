@@ -31,6 +31,13 @@ DEADLINE_ENV = "FP8DISPATCH_AUTOTUNE_DEADLINE"
 EXIT_DEVICE_LOST = 75
 
 
+def _cpu_timing() -> dict:
+    from tools.perf.timing import RotationPolicy, TimingPolicy
+
+    small = TimingPolicy(target_graph_us=0.0, min_calls=2, max_calls=4, replays=2, eager_iters=2)
+    return {"quick": small, "final": small, "rotation": RotationPolicy(max_copies=2)}
+
+
 def parse_pairs(spec: str):
     """"fp8_block,fp8_row:fp8" -> [(Format, Act)]; a bare format takes its default act; "all" = every valid pair."""
     from dispatch.formats import DEFAULT_ACT, Act, Format, resolve_act
@@ -193,7 +200,8 @@ def worker(args: argparse.Namespace) -> int:
     cands = registry.candidates()
     for b, why in registry.unavailable_backends().items():
         print(f"[autotune] backend {b} unavailable: {why}", flush=True)
-    settings = TuneSettings(top_k=args.top_k, max_configs=args.max_configs or None,
+    cpu_extra = {} if device.type == "cuda" else _cpu_timing()  # CPU runs are smoke tests, not measurements
+    settings = TuneSettings(top_k=args.top_k, max_configs=args.max_configs or None, **cpu_extra,
                             tolerance=Tolerance(rel_fro=args.rel_tol),
                             skip=tuple(s for s in args.skip.split(",") if s),
                             only=tuple(s for s in args.only.split(",") if s), compare_bf16=not args.no_bf16)

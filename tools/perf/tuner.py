@@ -115,7 +115,7 @@ def _matches(patterns: Sequence[str], c: Candidate) -> bool:
 
 
 def _short(e: BaseException) -> str:
-    s = f"{type(e).__name__}: {e}"
+    s = f"{type(e).__name__}: {e}".replace("\n", " ")
     return s if len(s) <= MAX_ERROR_CHARS else s[:MAX_ERROR_CHARS] + " ..."
 
 

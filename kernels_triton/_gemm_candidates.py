@@ -1,0 +1,118 @@
+"""Prefill (tensor-core GEMM) candidates of the Triton backend: `triton.w8a16_gemm`, `triton.w8a8_gemm`.
+
+Registered by `kernels_triton.candidates` (prefill section). Importing this module imports neither triton
+nor torch.cuda; the kernels load on the first `run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from dispatch.formats import Act, Format, QWeight
+from dispatch.problem import Candidate, KernelConfig, Problem, Support
+from dispatch.target import Target, detect
+
+from ._gemm_config import GemmConfig, w8a8_configs, w8a16_configs
+from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
+from .candidates import target_support, triton_available
+
+_W8A16_X = (torch.bfloat16, torch.float16)
+_W8A8_X = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works
+_OUT = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _common(problem: Problem, target: Target, x_dtypes: tuple[torch.dtype, ...], why_x: str) -> Support:
+    t = target_support(target)
+    if not t:
+        return t
+    if problem.x_dtype not in x_dtypes:
+        return Support.no(f"activations of dtype {problem.x_dtype} are not supported: {why_x}")
+    if problem.out_dtype not in _OUT:
+        return Support.no(f"output dtype {problem.out_dtype} is not supported (bf16, fp16, fp32)")
+    return t
+
+
+class _GemmCandidate(Candidate):
+    backend = "triton"
+    config_type = GemmConfig
+
+    def available(self) -> Support:
+        return triton_available()
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return self.configs(problem, target)[0]
+
+
+class TritonW8A16Gemm(_GemmCandidate):
+    """Prefill W8A16: bf16/fp16 activations, e4m3 weight codes decoded in registers (hardware cvt, or
+    software from uint8 on sm_80), bf16/fp16 tensor-core MMA (wgmma with the weight as the register A
+    operand on sm_90), fp32 accumulation. Every weight scale layout: tensor/row in the epilogue,
+    128x128 blocks per K tile, mx e8m0 folded into the decoded weight (bf16) or per 32-deep K tile (fp16)."""
+
+    id = "triton.w8a16_gemm"
+    serves = frozenset((f, Act.BF16) for f in Format)
+    source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
+                    "kernels_triton/_fp8.py")
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if problem.act is not Act.BF16:
+            return Support.no("serves W8A16 (act='bf16') only; W8A8 is triton.w8a8_gemm")
+        return _common(problem, target, _W8A16_X, "bf16/fp16 only (an fp32 tensor-core dot would run as TF32)")
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16)
+
+    def prepare(self, qw: QWeight) -> Any:
+        if qw.format is Format.MXFP8:
+            from ._gemm_launch import mx_scale_rows
+            return mx_scale_rows(qw)  # padded e8m0 rows, cached on the weight (see its docstring)
+        return None
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        from ._gemm_launch import w8a16_gemm
+        assert isinstance(config, GemmConfig)
+        qw.require(qw.format, Act.BF16)
+        hw = detect(x2d.device).has_triton_fp8_dtype
+        return w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
+
+
+class TritonW8A8Gemm(_GemmCandidate):
+    """Prefill W8A8: dynamic activation quantization (the fused Triton act-quant kernels, bit-identical
+    to dispatch.quantize_activation), then e4m3 x e4m3 tensor-core dots (wgmma fp8 on sm_90, mma.sync fp8
+    on sm_89, WMMA fp8 on gfx12; exactly decoded bf16 MMA on sm_80), fp32 accumulation. Per-tensor,
+    per-token x per-row, and 1x128 x 128x128 block scales applied per K group (DeepSeek-V3)."""
+
+    id = "triton.w8a8_gemm"
+    serves = frozenset((f, Act.FP8) for f in W8A8_LAYOUT)
+    source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
+                    "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py")
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if problem.act is not Act.FP8:
+            return Support.no("serves W8A8 (act='fp8') only; W8A16 is triton.w8a16_gemm")
+        if problem.fmt not in W8A8_LAYOUT:
+            return Support.no(f"{problem.fmt} has no W8A8 mode (e8m0 groups along K have no activation scheme)")
+        return _common(problem, target, _W8A8_X, "bf16/fp16/fp32")
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return w8a8_configs(target, W8A8_LAYOUT[problem.fmt])
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        from ._act_quant import quantize_activation
+        from ._gemm_launch import w8a8_gemm
+        assert isinstance(config, GemmConfig)
+        qw.require(qw.format, Act.FP8)
+        hw = detect(x2d.device).has_triton_fp8_dtype
+        xq, xs = quantize_activation(x2d, qw.act_granularity, hw_fp8=hw)
+        return w8a8_gemm(xq, xs, qw, bias, out_dtype, config, hw_fp8=hw)
+
+
+def gemm_candidates() -> list[Candidate]:
+    return [TritonW8A16Gemm(), TritonW8A8Gemm()]
+
+
+__all__ = ["TritonW8A16Gemm", "TritonW8A8Gemm", "gemm_candidates"]

@@ -1,0 +1,337 @@
+"""CPU tests of the CUDA backend (CI): NVRTC compilation for sm_80/89/90 without a GPU, the cache, the
+error path, SASS properties, candidate support rules, and numpy models of the kernels' bit tricks and
+fragment mapping. The models check the algorithms the CUDA code implements, NOT the CUDA code itself:
+tests/test_cuda_kernels.py (GPU) does that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from dispatch import formats
+from dispatch.errors import CompileError
+from dispatch.formats import Act, Format
+from dispatch.problem import Problem
+from dispatch.target import Target
+
+
+def _nvrtc_or_skip():
+    from kernels_cuda import compiler
+
+    reason = compiler.nvrtc_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return compiler
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fp8d_cache")
+    old = os.environ.get("FP8DISPATCH_CACHE_DIR")
+    os.environ["FP8DISPATCH_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("FP8DISPATCH_CACHE_DIR", None)
+    else:
+        os.environ["FP8DISPATCH_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def rows(cache):
+    _nvrtc_or_skip()
+    from kernels_cuda import isa
+
+    if isa.cuobjdump() is None:
+        pytest.skip("cuobjdump not found (ships in the triton wheel)")
+    return isa.isa_rows()
+
+
+# --- compilation and SASS ---------------------------------------------------------------------------
+def test_every_kernel_compiles_for_every_arch(rows):
+    from kernels_cuda import isa
+
+    assert {r.target for r in rows} == set(isa.ARCHS)
+    assert len(rows) == len(isa.variants()) * len(isa.ARCHS)
+    failed = [(r.kernel, r.target, r.error) for r in rows if not r.compiled]
+    assert not failed, failed
+    assert all(r.supported for r in rows)
+
+
+def test_no_spills(rows):
+    assert [(r.kernel, r.target, r.spills) for r in rows if r.spills] == []
+
+
+def test_weight_streams_use_128_bit_loads(rows):
+    for r in rows:
+        if r.kernel.startswith(("w8a16", "w8a8", "dequant")):
+            assert r.widest_load_bits == 128, (r.kernel, r.target)
+
+
+def test_fp8_conversion_hardware_on_sm89_plus_software_on_sm80(rows):
+    for r in rows:
+        if r.target == "sm_80":
+            assert r.fp8_cvt == "sw", (r.kernel, "sm_80 has no e4m3 conversion instructions")
+        elif r.kernel.startswith(("dequant", "act_quant")) or ",f16," in r.kernel:
+            assert r.fp8_cvt == "hw", (r.kernel, r.target)
+        assert "EXPECTED" not in r.note, r.note
+
+
+def test_mma_instructions(rows):
+    for r in rows:
+        if r.kernel.startswith("w8a8"):
+            want = {"sm_80": "HMMA.16816.F32.BF16", "sm_89": "QMMA.16832.F32.E4M3.E4M3", "sm_90": "HMMA.16816.F32"}
+            assert r.mma == want[r.target], (r.kernel, r.target, r.mma)
+        elif r.kernel.startswith("w8a16"):
+            assert r.mma.startswith("HMMA.16816.F32"), (r.kernel, r.target, r.mma)
+
+
+# --- cache and errors ---------------------------------------------------------------------------------
+def test_cache_key_changes_with_source_options_arch_and_version():
+    from kernels_cuda.compiler import cache_key
+
+    srcs = {"a.cu": "x", "h.cuh": "y"}
+    base = cache_key("a.cu", srcs, ["-DX=1"], "sm_90", (13, 0))
+    assert base == cache_key("a.cu", dict(srcs), ["-DX=1"], "sm_90", (13, 0))
+    assert base != cache_key("a.cu", {"a.cu": "x ", "h.cuh": "y"}, ["-DX=1"], "sm_90", (13, 0))
+    assert base != cache_key("a.cu", {"a.cu": "x", "h.cuh": "y2"}, ["-DX=1"], "sm_90", (13, 0))  # a header
+    assert base != cache_key("a.cu", srcs, ["-DX=2"], "sm_90", (13, 0))
+    assert base != cache_key("a.cu", srcs, ["-DX=1"], "sm_89", (13, 0))
+    assert base != cache_key("a.cu", srcs, ["-DX=1"], "sm_90", (13, 1))
+
+
+def test_compile_uses_cache_and_writes_atomically(cache):
+    compiler = _nvrtc_or_skip()
+    d = {"FP8D_CFG_SCALE": 1}
+    first = compiler.compile_module("dequant.cu", "sm_90", d, use_cache=False)
+    again = compiler.compile_module("dequant.cu", "sm_90", d)
+    assert again.cached and again.path == first.path and again.key == first.key
+    other = compiler.compile_module("dequant.cu", "sm_90", {"FP8D_CFG_SCALE": 2})
+    assert other.key != first.key
+    assert not list(first.path.parent.glob("*.tmp")), "temporary files left behind"
+    data = first.path.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    # the ELF is complete: its section header table ends inside the file
+    e_shoff = int.from_bytes(data[0x28:0x30], "little")
+    e_shentsize = int.from_bytes(data[0x3A:0x3C], "little")
+    e_shnum = int.from_bytes(data[0x3C:0x3E], "little")
+    e_phoff = int.from_bytes(data[0x20:0x28], "little")
+    e_phnum = int.from_bytes(data[0x38:0x3A], "little")
+    assert e_shoff + e_shentsize * e_shnum <= len(data)
+    assert e_phoff + 56 * e_phnum <= len(data)
+    ptx = compiler.compile_module("dequant.cu", "compute_80", d)
+    assert ptx.is_ptx and b".target sm_80" in ptx.image() and ptx.image().endswith(b"\0")
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    from kernels_cuda import compiler
+
+    target = tmp_path / "x.cubin"
+    real_fdopen = os.fdopen
+
+    class FailingFile:
+        def __init__(self, fd, mode):
+            self.f = real_fdopen(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[:2])  # a partial write, then the disk fills up
+            raise OSError("disk full")
+
+    monkeypatch.setattr(compiler.os, "fdopen", FailingFile)
+    with pytest.raises(OSError, match="disk full"):
+        compiler._atomic_write(target, b"data")
+    assert not list(tmp_path.iterdir()), "a failed write left a file behind"
+    monkeypatch.undo()
+    compiler._atomic_write(target, b"data")
+    assert target.read_bytes() == b"data" and [p.name for p in tmp_path.iterdir()] == ["x.cubin"]
+
+
+def test_compile_error_carries_the_nvrtc_log(cache):
+    compiler = _nvrtc_or_skip()
+    with pytest.raises(CompileError) as e:
+        compiler.compile_module("gemv_w8a16.cu", "sm_90", {}, use_cache=False)  # no FP8D_CFG_*: #error
+    msg = str(e.value)
+    assert "NVRTC log" in msg and "compile through kernels_cuda._launch" in msg and "gemv_w8a16.cu" in msg
+    with pytest.raises(CompileError, match="arch"):
+        compiler.compile_module("dequant.cu", "90", {})
+
+
+def test_format_constants_come_from_dispatch_formats():
+    from kernels_cuda.compiler import format_defines
+
+    d = dict(o[2:].split("=", 1) for o in format_defines())
+    assert float(d["FP8D_E4M3_MAX"].rstrip("f")) == formats.E4M3_MAX
+    assert np.float32(d["FP8D_AMAX_FLOOR"].rstrip("f")) == np.float32(formats.AMAX_FLOOR)
+    assert int(d["FP8D_WEIGHT_BLOCK"]) == formats.WEIGHT_BLOCK and int(d["FP8D_MX_GROUP"]) == formats.MX_GROUP
+    assert int(d["FP8D_ACT_GROUP"]) == formats.ACT_GROUP and int(d["FP8D_E8M0_BIAS"]) == formats.E8M0_BIAS
+    from kernels_cuda.compiler import CSRC
+
+    literal = re.compile(r"(?<![\w.])(448(\.0)?f?|1e-12f?)(?![\w.])")
+    for p in CSRC.glob("*.cu*"):
+        code = "\n".join(line.split("//")[0] for line in p.read_text().splitlines())
+        assert not literal.search(code), f"{p.name} carries a format literal; use the FP8D_* defines"
+
+
+def test_kind_codes_match_the_header():
+    from kernels_cuda import _kinds
+    from kernels_cuda.compiler import CSRC
+
+    text = (CSRC / "fp8_common.cuh").read_text()
+    defs = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (FP8D_\w+) (\d+)\b", text)}
+    for codes, macros in [(_kinds.SCALE_CODE, _kinds.SCALE_MACRO), (_kinds.DTYPE_CODE, _kinds.DTYPE_MACRO),
+                          (_kinds.ACTQ_CODE, _kinds.ACTQ_MACRO)]:
+        for key, code in codes.items():
+            assert defs[macros[key]] == code, macros[key]
+
+
+# --- candidates ---------------------------------------------------------------------------------------
+def test_import_touches_nothing_and_reports_unavailable_without_gpu():
+    from kernels_cuda import candidates
+
+    cands = candidates.candidates()
+    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.dequant_cublas"}
+    if not torch.cuda.is_available():
+        s = cands[0].available()
+        assert not s and s.reason
+
+
+def test_support_rules_with_reasons():
+    from kernels_cuda.candidates import CudaDequantCublas, CudaW8A8Gemv, CudaW8A16Gemv
+
+    sm90, sm80, gfx = (Target.simulated_for(a) for a in ("sm_90", "sm_80", "gfx1201"))
+    w16, w8, dq = CudaW8A16Gemv(), CudaW8A8Gemv(), CudaDequantCublas()
+    p = Problem(Format.FP8_ROW, Act.BF16, 4, 4096, 4096)
+    assert w16.supports(p, sm90) and w16.supports(p, sm80)
+    assert "software" in w16.supports(p, sm80).reason
+    no = w16.supports(Problem(Format.FP8_ROW, Act.BF16, 33, 4096, 4096), sm90)
+    assert not no and "M = 33" in no.reason
+    no = w16.supports(Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4100), sm90)
+    assert not no and "multiple of 16" in no.reason
+    assert not w16.supports(p, gfx) and "NVIDIA" in w16.supports(p, gfx).reason
+    no = w16.supports(Problem(Format.MXFP8, Act.BF16, 1, 4096, 4096, torch.float16, torch.float16), sm90)
+    assert not no and "fp16" in no.reason
+    pb = Problem(Format.FP8_BLOCK, Act.FP8, 16, 4096, 4096)
+    assert w8.supports(pb, sm90) and "bf16" in w8.supports(pb, sm80).reason
+    assert dq.supports(Problem(Format.MXFP8, Act.BF16, 4096, 4096, 4096), sm90)
+    assert (Format.MXFP8, Act.FP8) not in w8.serves
+
+
+def test_config_space():
+    from kernels_cuda.configs import GemvConfig, gemv_configs, token_tiles
+
+    t = Target.simulated_for("sm_90")
+    for m in (1, 4, 16, 32):
+        for n in (4096, 28672):
+            p = Problem(Format.FP8_ROW, Act.BF16, m, n, 4096)
+            cs = gemv_configs(p, t)
+            assert 1 < len(cs) <= 8 and len(set(cs)) == len(cs)
+            assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
+    assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
+    with pytest.raises(ValueError):
+        GemvConfig(warps=16)
+    assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
+
+
+# --- numpy models of the bit tricks and of the fragment mapping -------------------------------------
+def _e4m3_values() -> np.ndarray:
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    return codes.view(torch.float8_e4m3fn).float().numpy()
+
+
+def test_model_bf16_decode_trick_is_exact():
+    """fp8d_decode4_bf16x2: (code << 8 & 0x7f00) >> 4 | sign, read as bf16, times 2^120 (exact)."""
+    want = _e4m3_values()
+    for c in range(256):
+        if c & 0x7F == 0x7F:
+            continue  # NaN codes: documented to read as +-480 on this path
+        t = c << 8
+        bits = ((t & 0x7F00) >> 4) | (t & 0x8000)
+        v = np.array([bits << 16], dtype=np.uint32).view(np.float32)[0].astype(np.float64) * 2.0**120
+        assert v == want[c] or (v == 0 and want[c] == 0), c
+
+
+def test_model_f16_decode_trick_is_exact():
+    want = _e4m3_values()
+    for c in range(256):
+        if c & 0x7F == 0x7F:
+            continue
+        t = c << 8
+        bits = ((t & 0x7F00) >> 1) | (t & 0x8000)
+        v = float(np.array([bits], dtype=np.uint16).view(np.float16)[0]) * 256.0
+        assert v == want[c], c
+
+
+def _model_encode(v: np.ndarray) -> np.ndarray:
+    """fp8d_sw_encode1 in numpy (uint32 arithmetic on the f32 bits)."""
+    u = v.astype(np.float32).view(np.uint32).astype(np.uint64)
+    sign = (u >> 24) & 0x80
+    a = u & 0x7FFFFFFF
+    sub = np.rint(a.astype(np.uint32).view(np.float32).astype(np.float64) * 512.0).astype(np.uint64)  # RNE
+    r = a + 0x7FFFF + ((a >> 20) & 1)
+    normal = (r >> 20) - (120 << 3)
+    code = np.where(a > 0x7F800000, 0x7F, np.where(a < 0x3C800000, sub, normal))
+    return (code | sign).astype(np.uint8)
+
+
+def test_model_software_encode_matches_torch():
+    rng = np.random.default_rng(0)
+    vals = [rng.uniform(-448, 448, 20000), rng.uniform(-1, 1, 20000) * 2.0 ** rng.integers(-12, 0, 20000)]
+    e = _e4m3_values()
+    finite = e[np.isfinite(e)]
+    mids = (np.sort(np.unique(finite))[1:] + np.sort(np.unique(finite))[:-1]) / 2  # exact ties
+    vals += [finite, mids, -mids, np.array([0.0, -0.0, 448.0, -448.0, 2.0**-10, 2.0**-9, 3 * 2.0**-10])]
+    v = np.concatenate(vals).astype(np.float32)
+    want = torch.from_numpy(v).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    got = _model_encode(v)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(float(v[i]), int(got[i]), int(want[i])) for i in bad[:5]]
+
+
+def test_model_gemv_fragment_mapping():
+    """One 128-wide K step of gemv_w8a16 for a 16-row x 8-token tile, with PTX's m16n8k16 fragment
+    semantics: lane (g, t) feeds words of its 32-code chunk as described in csrc/skinny_common.cuh, and
+    fp8d_frag_coords maps the C fragment back. The result must be W_tile @ X_tile^T."""
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((16, 128))
+    X = rng.standard_normal((8, 128))
+    C = np.zeros((32, 4))
+    for q in range(2):
+        for wd in range(4):
+            # per-lane fragments (element pairs, in K order as the packed words hold them)
+            A = {}
+            B = {}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                k0 = t * 32 + q * 16 + wd * 4
+                A[lane] = [W[g, k0:k0 + 2], W[g + 8, k0:k0 + 2], W[g, k0 + 2:k0 + 4], W[g + 8, k0 + 2:k0 + 4]]
+                B[lane] = [X[g, k0:k0 + 2], X[g, k0 + 2:k0 + 4]]
+            # PTX m16n8k16: A[r][2t'+i] = a0/a1 of lane (r%8, t'), A[r][2t'+8+i] = a2/a3; B likewise by column
+            Am = np.zeros((16, 16))
+            Bm = np.zeros((16, 8))
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                for i in range(2):
+                    Am[g, 2 * t + i], Am[g + 8, 2 * t + i] = A[lane][0][i], A[lane][1][i]
+                    Am[g, 2 * t + 8 + i], Am[g + 8, 2 * t + 8 + i] = A[lane][2][i], A[lane][3][i]
+                    Bm[2 * t + i, g], Bm[2 * t + 8 + i, g] = B[lane][0][i], B[lane][1][i]
+            D = Am @ Bm
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                C[lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
+    Y = np.zeros((16, 8))
+    for lane in range(32):
+        for c in range(4):  # fp8d_frag_coords with NT = 1, mt = nt = 0
+            g, t = lane >> 2, lane & 3
+            row, tok = g + 8 * (c >> 1), 2 * t + (c & 1)
+            Y[row, tok] = C[lane, c]
+    np.testing.assert_allclose(Y, W @ X.T, rtol=1e-12, atol=1e-12)

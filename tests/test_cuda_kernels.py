@@ -1,0 +1,274 @@
+"""GPU tests of the CUDA kernels (kernels_cuda) against dispatch.reference / dispatch.quantize_activation.
+
+Run on the H200: `pytest -m gpu tests/test_cuda_kernels.py`. Paths covered on one sm_90 device:
+  native  : arch of the device (sm_90: hardware F2FP, bf16/f16 HMMA, mma e4m3 lowered by ptxas)
+  sm80    : arch="compute_80" PTX JIT-compiled by the driver (software fp8 decode/encode, bf16 MMA for W8A8)
+  emulated: -DFP8D_FORCE_MMA_EMULATION, the portable MMA fallback the HIP build uses
+Weights get row/column-varied magnitudes so block, row and MX scales differ (uniform scales hide indexing bugs).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import reference
+from dispatch.formats import Act, ActGranularity, Format, QWeight
+
+pytestmark = pytest.mark.gpu
+
+PATHS = {"native": {}, "sm80": {"arch": "compute_80"}, "emulated": {"emulate_mma": True}}
+W8A8_FORMATS = (Format.FP8_TENSOR, Format.FP8_ROW, Format.FP8_BLOCK)
+
+
+@pytest.fixture(scope="module")
+def launch():
+    from kernels_cuda import _launch
+
+    reason = _launch.gpu_unavailable_reason()
+    if reason:
+        pytest.skip(f"kernels_cuda unavailable: {reason}")
+    return _launch
+
+
+def _weight(n: int, k: int, seed: int) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(n, k, device="cuda", generator=g)
+    rows = torch.exp2(torch.randint(-6, 7, (n, 1), device="cuda", generator=g).float())
+    cols = torch.exp2(torch.randint(-3, 4, (1, k), device="cuda", generator=g).float())
+    return (w * rows * cols * 0.02).contiguous()
+
+
+def _x(m: int, k: int, dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed + 1000)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    x = x * torch.exp2(torch.randint(-2, 3, (m, 1), device="cuda", generator=g).float())
+    return x.to(dtype).contiguous()
+
+
+def _check_close(y: torch.Tensor, x: torch.Tensor, qw: QWeight, bias=None, tol: float = 2e-3) -> None:
+    """|y - ref| <= tol * (|x| @ |W|^T + |bias|) + output rounding: accumulation order differs, indexing
+    bugs give O(1) errors."""
+    ref = reference.linear(x, qw, bias, out_dtype=torch.float64)
+    xv = reference.activation_values(x, qw).double().abs()
+    bound = xv @ dispatch.dequantize(qw).double().abs().T
+    if bias is not None:
+        bound = bound + bias.double().abs()
+    out_eps = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10}[y.dtype]
+    err = (y.double() - ref).abs()
+    allowed = tol * bound + out_eps * ref.abs() + 1e-30
+    bad = err > allowed
+    assert not bad.any(), (f"{int(bad.sum())} of {bad.numel()} outputs off; worst at {bad.nonzero()[0].tolist()}: "
+                           f"got {y.double()[bad][0].item()}, want {ref[bad][0].item()}")
+
+
+SHAPES = [(256, 4096), (300, 1040), (4096, 576), (129, 16), (1000, 2560)]  # partial row tiles, K % 128 != 0
+MS = [1, 2, 3, 5, 8, 9, 16, 17, 31, 32]
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt", list(Format))
+def test_w8a16_gemv_matches_reference(launch, fmt, path):
+    for i, (n, k) in enumerate(SHAPES):
+        qw = dispatch.quantize(_weight(n, k, i), fmt, act="bf16")
+        for m in (MS if path == "native" else [1, 9, 32]):
+            x = _x(m, k, torch.bfloat16, i * 100 + m)
+            y = launch.w8a16_gemv(x, qw, None, torch.float32, **PATHS[path])
+            _check_close(y, x, qw)
+
+
+@pytest.mark.parametrize("fmt", [Format.FP8_TENSOR, Format.FP8_ROW, Format.FP8_BLOCK])
+def test_w8a16_gemv_fp16_activations_and_bias(launch, fmt):
+    n, k = 300, 1040
+    qw = dispatch.quantize(_weight(n, k, 7), fmt, act="bf16")
+    bias = torch.randn(n, device="cuda").to(torch.float16)
+    for m in (1, 12, 32):
+        x = _x(m, k, torch.float16, m)
+        for out in (torch.float16, torch.float32):
+            _check_close(launch.w8a16_gemv(x, qw, bias, out), x, qw, bias)
+        _check_close(launch.w8a16_gemv(x, qw, bias, torch.float32, arch="compute_80"), x, qw, bias)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_w8a8_gemv_matches_reference(launch, fmt, path):
+    for i, (n, k) in enumerate(SHAPES):
+        qw = dispatch.quantize(_weight(n, k, i), fmt, act="fp8")
+        for m in (MS if path == "native" else [1, 9, 32]):
+            x = _x(m, k, torch.bfloat16, i * 100 + m)
+            y = launch.w8a8_gemv(x, qw, None, torch.float32, **PATHS[path])
+            _check_close(y, x, qw)
+
+
+@pytest.mark.parametrize("fmt", list(Format))
+def test_gemv_bf16_output_bias_and_configs(launch, fmt):
+    from kernels_cuda.configs import GemvConfig
+
+    n, k = 1000, 2560
+    act = "bf16" if fmt is Format.MXFP8 else "fp8"
+    qw = dispatch.quantize(_weight(n, k, 3), fmt, act=act)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    run = launch.w8a16_gemv if qw.act is Act.BF16 else launch.w8a8_gemv
+    for m in (1, 16, 32):
+        x = _x(m, k, torch.bfloat16, m)
+        for cfg in [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in (1, 2)]:
+            if cfg.fits(m):
+                _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+
+
+def _one_hot_x(m: int, k: int, cols: list[int]) -> torch.Tensor:
+    x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+    for i, c in enumerate(cols):
+        x[i, c] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_w8a16_decodes_every_code_exactly(launch, path):
+    """y[m, n] = w[n, col_m] exactly when x is one-hot: proves the decode and the K permutation of the
+    fragments, code by code (every finite e4m3 code appears in every K position class)."""
+    n, k = 256, 256
+    codes = torch.arange(n * k, device="cuda", dtype=torch.int64).remainder(255)  # 0..254 (skips 0xff)
+    codes = torch.where(codes == 0x7F, torch.zeros_like(codes), codes)  # NaN code: never in a weight
+    q = codes.to(torch.uint8).reshape(n, k).view(torch.float8_e4m3fn).contiguous()
+    qw = QWeight(Format.FP8_TENSOR, Act.BF16, q, torch.tensor(1.0, device="cuda"))
+    want_all = dispatch.dequantize(qw)
+    for start in range(0, k, 32):
+        cols = list(range(start, start + 32))
+        x = _one_hot_x(32, k, cols)
+        y = launch.w8a16_gemv(x, qw, None, torch.float32, **PATHS[path])
+        assert torch.equal(y, want_all[:, cols].T.contiguous()), f"columns {start}..{start + 31} differ"
+
+
+def test_mx_scales_apply_per_group(launch):
+    n, k = 64, 256
+    qw = dispatch.quantize(_weight(n, k, 11), Format.MXFP8, act="bf16")
+    want_all = dispatch.dequantize(qw)
+    for start in range(0, k, 32):
+        cols = list(range(start, start + 32))
+        y = launch.w8a16_gemv(_one_hot_x(32, k, cols), qw, None, torch.float32)
+        assert torch.equal(y, want_all[:, cols].T.contiguous())
+
+
+# --- activation quantization: bit-identical ---------------------------------------------------------
+def _special_x(m: int, k: int, dtype) -> torch.Tensor:
+    x = _x(m, k, torch.float32, m * 7 + k)
+    if m >= 3:
+        x[1] = 0.0  # all-zero token: floor scale, zero codes
+        x[2, : min(k, 5)] = torch.tensor([448.0, -448.0, 0.5, -1e-30, 3.0e38][: min(k, 5)])
+    if m >= 5 and k >= 3:
+        x[3, 0] = float("nan")
+        x[4, 2] = float("inf")
+    # values near e4m3 rounding ties relative to the row's scale
+    if m >= 6 and k >= 8:
+        x[5, :8] = torch.tensor([448.0, 1.0625, 1.1875, 0.0087890625, 0.0009765625, 0.0029296875, 240.0, 232.0])
+    return x.to(dtype)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype == torch.float8_e4m3fn:
+        au, bu = a.view(torch.uint8), b.view(torch.uint8)
+        nan_a, nan_b = (au & 0x7F) == 0x7F, (bu & 0x7F) == 0x7F
+        return bool(torch.equal(nan_a, nan_b) and torch.equal(au[~nan_a], bu[~nan_b]))
+    na, nb = torch.isnan(a), torch.isnan(b)
+    return bool(torch.equal(na, nb) and torch.equal(a[~na].view(torch.int32), b[~nb].view(torch.int32)))
+
+
+@pytest.mark.parametrize("arch", [None, "compute_80"])
+@pytest.mark.parametrize("g", list(ActGranularity))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_act_quant_bit_identical(launch, g, dtype, arch):
+    for m, k in [(1, 1), (1, 7), (3, 128), (6, 129), (8, 576), (17, 4096), (32, 1040), (32, 16384), (64, 8192)]:
+        x = _special_x(m, k, dtype)
+        want_q, want_s = dispatch.quantize_activation(x, g)
+        got_q, got_s = launch.quantize_activation(x, g, arch=arch)
+        assert got_s.shape == want_s.shape and got_q.shape == want_q.shape
+        assert _same_bits(got_s, want_s), f"scales differ for {g} {dtype} [{m}, {k}]"
+        assert _same_bits(got_q, want_q), f"codes differ for {g} {dtype} [{m}, {k}]"
+
+
+# --- dequantization: bit-identical --------------------------------------------------------------------
+@pytest.mark.parametrize("arch", [None, "compute_80"])
+@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dequant_bit_identical(launch, fmt, dtype, arch):
+    for i, (n, k) in enumerate([(256, 4096), (300, 1040), (33, 100), (129, 576)]):
+        qw = dispatch.quantize(_weight(n, k, i), fmt, act="bf16")
+        got = launch.dequantize(qw, dtype, arch=arch)
+        want = dispatch.dequantize(qw).to(dtype)
+        assert torch.equal(got, want), f"{fmt} [{n}, {k}] {dtype}"
+
+
+@pytest.mark.parametrize("arch", [None, "compute_80"])
+def test_dequant_all_codes_including_nan(launch, arch):
+    q = torch.arange(256, device="cuda", dtype=torch.int32).to(torch.uint8).repeat(4, 4)
+    qw = QWeight(Format.FP8_TENSOR, Act.BF16, q.view(torch.float8_e4m3fn).contiguous(), torch.tensor(1.0, device="cuda"))
+    got = launch.dequantize(qw, torch.bfloat16, arch=arch).float()
+    want = dispatch.dequantize(qw).to(torch.bfloat16).float()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+# --- candidates, graphs, determinism ----------------------------------------------------------------
+def test_candidates_run_and_dequant_cublas(launch):
+    from kernels_cuda.candidates import CudaDequantCublas, CudaW8A8Gemv, CudaW8A16Gemv
+    from dispatch.problem import Problem
+    from dispatch.target import detect
+
+    target = detect()
+    for cand, fmt, act in [(CudaW8A16Gemv(), Format.FP8_ROW, "bf16"), (CudaW8A8Gemv(), Format.FP8_BLOCK, "fp8"),
+                           (CudaDequantCublas(), Format.MXFP8, "bf16")]:
+        assert cand.available()
+        qw = dispatch.quantize(_weight(512, 1024, 5), fmt, act=act)
+        m = 4 if cand.id != "cuda.dequant_cublas" else 200
+        x = _x(m, 1024, torch.bfloat16, 9)
+        p = Problem.of(x.shape, qw, x_dtype=x.dtype)
+        assert cand.supports(p, target), cand.supports(p, target).reason
+        y = cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, cand.default_config(p, target))
+        _check_close(y, x, qw, tol=1e-2 if cand.id == "cuda.dequant_cublas" else 2e-3)
+
+
+def test_cuda_graph_capture_and_determinism(launch):
+    qa = dispatch.quantize(_weight(4096, 4096, 1), Format.FP8_ROW, act="bf16")
+    qb = dispatch.quantize(_weight(4096, 4096, 2), Format.FP8_BLOCK, act="fp8")
+    qc = dispatch.quantize(_weight(4096, 4096, 3), Format.FP8_TENSOR, act="fp8")
+    x = _x(4, 4096, torch.bfloat16, 1)
+    eager = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]  # also compiles
+    again = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]
+    for a, b in zip(eager, again):
+        assert torch.equal(a, b), "not run-to-run deterministic"
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            outs = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]
+    torch.cuda.current_stream().wait_stream(s)
+    x.copy_(_x(4, 4096, torch.bfloat16, 2))  # new input values, same buffer
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]
+    for a, b in zip(outs, fresh):
+        assert torch.equal(a, b), "graph replay differs from an eager launch on the same input"
+
+
+def test_misaligned_x_view_is_handled(launch):
+    qw = dispatch.quantize(_weight(128, 256, 4), Format.FP8_ROW, act="bf16")
+    buf = _x(1, 256 + 8, torch.bfloat16, 3)
+    x = buf.view(-1)[1:257].view(1, 256)  # a view 2 bytes past an aligned base
+    assert x.data_ptr() % 16 != 0 and x.is_contiguous()
+    _check_close(launch.w8a16_gemv(x, qw, None, torch.float32), x, qw)
+
+
+@pytest.mark.parametrize("n,k", [(28672, 4096), (4096, 14336)])
+def test_decode_shapes_smoke(launch, n, k):
+    """The benchmark shapes at M = 1, 4, 16: correct (performance is measured by tools/bench)."""
+    for fmt in Format:
+        act = "bf16" if fmt in (Format.MXFP8, Format.FP8_ROW) else "fp8"
+        qw = dispatch.quantize(_weight(n, k, 0), fmt, act=act)
+        run = launch.w8a16_gemv if qw.act is Act.BF16 else launch.w8a8_gemv
+        for m in (1, 4, 16):
+            x = _x(m, k, torch.bfloat16, m)
+            _check_close(run(x, qw, None, torch.float32), x, qw)

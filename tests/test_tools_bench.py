@@ -1,0 +1,80 @@
+"""tools/bench on CPU: the report's target checks on synthetic results, and a smoke run of every section with
+the real registry on tiny shapes (wall-clock timing; this checks the plumbing, not performance)."""
+
+from __future__ import annotations
+
+import json
+
+from tools.perf.bench_report import check_targets, render
+
+
+def _row(route, group, us, *, pct=50.0, tf=1.0, wbytes=1, status="ok"):
+    return {"route": route, "group": group, "status": status, "best_us": us, "us": us, "eager_us": us and us * 2,
+            "pct_copy_bw": pct, "tflops": tf, "weight_bytes": wbytes, "rel_err": 1e-3}
+
+
+def _problem(fmt, act, n, k, m, rows):
+    return {"format": fmt, "act": act, "n": n, "k": k, "m": m, "rows": rows,
+            "decision": {"candidate": "triton.x", "source": "table"}}
+
+
+def test_targets_flag_each_miss():
+    main = [
+        # W8A8 slower than bf16, and slower than _scaled_mm
+        _problem("fp8_tensor", "fp8", 4096, 4096, 1, [_row("dispatch.linear", "dispatch", 10.0),
+                                                      _row("bf16 F.linear", "bf16", 9.0),
+                                                      _row("torch.scaled_mm_tensorwise [table]", "backend", 8.0)]),
+        # decode on a 117 MB weight below 90% of copy BW
+        _problem("fp8_row", "bf16", 28672, 4096, 16, [_row("dispatch.linear", "dispatch", 30.0, pct=85.0,
+                                                           wbytes=117_000_000),
+                                                      _row("bf16 F.linear", "bf16", 55.0)]),
+        # W8A16 prefill at 0.95x bf16 is fine (>= 0.9x at M >= 1024); fp8_block prefill below 1000 TFLOP/s
+        _problem("fp8_row", "bf16", 4096, 4096, 4096, [_row("dispatch.linear", "dispatch", 100.0),
+                                                       _row("bf16 F.linear", "bf16", 95.0)]),
+        _problem("fp8_block", "fp8", 4096, 4096, 4096, [_row("dispatch.linear", "dispatch", 100.0, tf=900.0),
+                                                        _row("bf16 F.linear", "bf16", 200.0)]),
+        # a wrong dispatched path is its own miss
+        _problem("mxfp8", "bf16", 4096, 4096, 1, [_row("dispatch.linear", "dispatch", None, status="wrong")]),
+    ]
+    got = {name: (n, miss) for name, n, miss in check_targets(main)}
+    assert len(got["W8A8: never slower than bf16"][1]) == 1
+    assert len(got["never slower than the best _scaled_mm route"][1]) == 1
+    assert got["decode M <= 16, weights >= 32 MB: >= 90% copy BW"][1][0].endswith("85%")
+    assert got["W8A16: >= 0.9x bf16 at M >= 1024"][1] == []
+    assert len(got["prefill M=4096 fp8_block >= 1000 TFLOP/s"][1]) == 1
+    assert got["dispatched path runs and is correct"][0] == 5 and len(got["dispatched path runs and is correct"][1]) == 1
+
+
+def test_render_writes_report(tmp_path):
+    results = {"meta": {"device": "d", "arch": "a", "torch": "t", "triton": "x", "runtime": "r", "commit": "c",
+                        "date": "now", "command": "cmd", "method": "m"},
+               "ceilings": {"copy_gbps": 4000.0}, "main": [
+                   _problem("fp8_tensor", "fp8", 64, 64, 1, [_row("dispatch.linear", "dispatch", 5.0),
+                                                             _row("bf16 F.linear", "bf16", 10.0),
+                                                             _row("_scaled_mm x", "scaled_mm", None, status="error")])],
+               "quantizer": [], "overhead": [], "untabled": [], "errors": []}
+    summary = render(results, tmp_path)
+    assert "2.00x" in summary and "Issue 7 targets" in summary
+    report = (tmp_path / "report.md").read_text()
+    assert "### fp8_tensor/fp8 N=64 K=64" in report and "failed or were wrong" in report
+
+
+def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):
+    from tools import bench
+
+    rc = bench.main(["--device", "cpu", "--what", "main,quantizer,overhead,untabled", "--shapes", "128x256",
+                     "--m", "2", "--formats", "fp8_tensor", "--quantizer-shape", "256x256",
+                     "--untabled-shapes", "96x160", "--untabled-m", "3", "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["route"]: r for r in res["main"][0]["rows"]}
+    assert rows["dispatch.linear"]["status"] == "ok" and rows["dispatch.linear"]["rel_err"] < 1e-2
+    assert rows["bf16 F.linear"]["status"] == "ok"
+    assert any(r.startswith("torch.scaled_mm_tensorwise [") for r in rows)
+    assert res["main"][0]["decision"].get("candidate")
+    assert res["quantizer"][0]["status"] == "ok" and res["quantizer"][0]["gbps"] > 0
+    assert res["overhead"][0]["status"] == "ok" and "overhead_us" in res["overhead"][0]
+    u = res["untabled"][0]
+    assert u["fallback"]["status"] == "ok" and u["tuned"].get("candidate")
+    assert (tmp_path / "report.md").exists()
+    assert "Bench summary" in capsys.readouterr().out

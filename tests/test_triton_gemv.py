@@ -1,0 +1,233 @@
+"""Triton decode kernels (triton.w8a16_gemv, triton.w8a8_gemv) vs dispatch.reference.linear.
+
+CPU part: property tests under the Triton interpreter, in a subprocess (TRITON_INTERPRET must be set
+before the kernels are decorated). They run the interpreter-safe path: uint8 codes, software decode and
+encode, fp32 `input_precision="ieee"` dots -- a check of indexing, masking, split-K, scale layouts and
+the fused activation quantization arithmetic, NOT a GPU validation.
+GPU part (@pytest.mark.gpu): every format x act x config of the candidate's autotune space over sampled
+shapes (partial tiles included) and M = 1..64, on the target's path and on the sm_80 software path
+forced on the same GPU (hw_fp8=False).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import dispatch
+from dispatch import reference
+from dispatch.problem import Problem
+
+INTERP = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+interp_only = pytest.mark.skipif(not INTERP, reason="runs inside the interpreter subprocess (test_interpreter_suite)")
+
+FORMAT_ACTS = [("fp8_tensor", "bf16"), ("fp8_row", "bf16"), ("fp8_block", "bf16"), ("mxfp8", "bf16"),
+               ("fp8_tensor", "fp8"), ("fp8_row", "fp8"), ("fp8_block", "fp8")]
+
+
+def make_weight(n: int, k: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    # Varied row / column / block magnitudes so every scale layout carries information.
+    w = torch.randn(n, k, generator=g) * torch.exp2(torch.randint(-6, 3, (n, 1), generator=g).float())
+    return w * torch.exp2(torch.randint(-3, 3, (1, k), generator=g).float())
+
+
+def make_x(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-4, 4, (1, k), generator=g).float())
+    return x.to(dtype)
+
+
+def check_close(y: torch.Tensor, x: torch.Tensor, qw, bias, rel: float) -> None:
+    """|y - ref| <= rel * (|x| @ |W|^T + |bias|) + tiny: fp32 accumulation in another order than the
+    reference (products are exact), so the error is bounded by the magnitudes, not by |ref|."""
+    ref = reference.linear(x, qw, bias, out_dtype=torch.float32).cpu()
+    xa = reference.activation_values(x, qw).abs().cpu().double()
+    bound = xa @ dispatch.dequantize(qw).abs().cpu().double().T
+    if bias is not None:
+        bound = bound + bias.abs().cpu().double()
+    err = (y.float().cpu().double() - ref.double()).abs()
+    tol = rel * bound + 1e-30
+    bad = err > tol
+    assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} outputs off; worst err/bound {(err / tol).max():.3g}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Interpreter (CPU)
+
+INTERP_CONFIGS = [  # (block_m, block_n, block_k, split_k, fuse): FMA and dot paths, split-K 1..3
+    (1, 16, 128, 1, True), (2, 16, 128, 3, True), (4, 32, 256, 2, True), (1, 16, 32, 0, False),
+    (16, 16, 128, 2, True), (16, 32, 64, 1, False), (16, 16, 32, 3, False),
+]
+
+
+@interp_only
+@given(st.sampled_from(FORMAT_ACTS), st.integers(1, 5), st.integers(1, 70),
+       st.sampled_from([1, 16, 31, 32, 33, 100, 128, 129, 200, 300]), st.sampled_from(INTERP_CONFIGS),
+       st.booleans(), st.sampled_from([torch.bfloat16, torch.float16]), st.integers(0, 1000))
+def test_interp_gemv_matches_reference(fa, m, n, k, cfg_t, with_bias, dtype, seed):
+    from kernels_triton._gemv import group_k_of, w8a8_gemv, w8a16_gemv
+    from kernels_triton.configs import GemvConfig
+
+    fmt, act = fa
+    cfg = GemvConfig(*cfg_t[:4], fuse_act_quant=cfg_t[4])
+    qw = dispatch.quantize(make_weight(n, k, seed), fmt, act=act)
+    why = cfg.legal_for(group_k_of(qw.format), act == "fp8" and fmt == "fp8_block")
+    if why:  # the config space never offers such a config: check that the launcher refuses it loudly
+        with pytest.raises(dispatch.UnsupportedError):
+            (w8a8_gemv if act == "fp8" else w8a16_gemv)(make_x(m, k, dtype, seed), qw, None, None, cfg, hw_fp8=False)
+        return
+    x = make_x(m, k, dtype, seed)
+    bias = torch.randn(n) if with_bias else None
+    f = w8a8_gemv if act == "fp8" else w8a16_gemv
+    y = f(x, qw, bias, torch.float32, cfg, hw_fp8=False)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    check_close(y, x, qw, bias, 1e-5)
+
+
+@interp_only
+def test_interp_gemv_out_dtype_and_nan():
+    from kernels_triton._gemv import w8a8_gemv, w8a16_gemv
+
+    qw = dispatch.quantize(make_weight(20, 130, 1), "fp8_row", act="fp8")
+    x = make_x(2, 130, torch.bfloat16, 1)
+    y = w8a8_gemv(x, qw, hw_fp8=False)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), reference.linear(x, qw).float(), rtol=1e-2, atol=1e-2)
+    x[1, 3] = float("nan")
+    y = w8a8_gemv(x, qw, hw_fp8=False)
+    assert y[1].isnan().all() and not y[0].isnan().any()
+    qb = dispatch.quantize(make_weight(20, 130, 1), "mxfp8")
+    y = w8a16_gemv(x, qb, hw_fp8=False)
+    assert y[1].isnan().all() and not y[0].isnan().any()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure (no kernels): candidates' support answers and config spaces.
+
+@pytest.mark.skipif(INTERP, reason="pure test")
+def test_candidates_support_and_configs():
+    from dispatch.target import Target
+    from kernels_triton.candidates import candidates
+    from kernels_triton.configs import GemvConfig
+
+    cands = {c.id: c for c in candidates()}
+    a16, a8 = cands["triton.w8a16_gemv"], cands["triton.w8a8_gemv"]
+    for arch in ("sm_80", "sm_89", "sm_90", "gfx1201"):
+        t = Target.simulated_for(arch)
+        for fmt, act in FORMAT_ACTS:
+            c = a8 if act == "fp8" else a16
+            for m in (1, 3, 16, 64):
+                p = Problem(dispatch.Format(fmt), dispatch.Act(act), m, 4096, 4096)
+                s = c.supports(p, t)
+                assert s.ok, (arch, fmt, act, m, s.reason)
+                cfgs = c.configs(p, t)
+                assert cfgs and all(isinstance(x, GemvConfig) for x in cfgs)
+                assert c.default_config(p, t) == cfgs[0]
+        assert "software" in a16.supports(Problem(dispatch.Format.FP8_ROW, dispatch.Act.BF16, 1, 64, 64),
+                                          t).reason or t.has_triton_fp8_dtype
+    t = Target.simulated_for("sm_90")
+    assert not a16.supports(Problem(dispatch.Format.FP8_ROW, dispatch.Act.BF16, 65, 64, 64), t)
+    assert not a8.supports(Problem(dispatch.Format.MXFP8, dispatch.Act.FP8, 1, 64, 64), t)
+    assert not a16.supports(Problem(dispatch.Format.FP8_ROW, dispatch.Act.BF16, 1, 64, 64), Target.simulated_for("cpu"))
+    assert not a16.supports(Problem(dispatch.Format.FP8_ROW, dispatch.Act.BF16, 1, 64, 64),
+                            Target.simulated_for("gfx942"))
+    with pytest.raises(ValueError):
+        GemvConfig(block_m=3)
+
+
+@pytest.mark.skipif(INTERP, reason="launcher of the interpreter subprocess")
+def test_interpreter_suite():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "interp",
+                        __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout, r.stdout[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU
+
+GPU_NK = [(300, 576), (4096, 4096), (64, 14336), (257, 129)]
+GPU_M = [1, 2, 3, 5, 8, 16, 17, 33, 64]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERP, reason="GPU test")
+@pytest.mark.parametrize("hw_fp8", [None, False], ids=["target_path", "sw_path"])
+@pytest.mark.parametrize("fa", FORMAT_ACTS, ids=lambda fa: f"{fa[0]}-{fa[1]}")
+@pytest.mark.parametrize("nk", GPU_NK, ids=str)
+def test_gpu_gemv_every_config(fa, nk, hw_fp8):
+    from dispatch.target import detect
+    from kernels_triton._gemv import w8a8_gemv, w8a16_gemv
+    from kernels_triton.candidates import candidates
+
+    fmt, act = fa
+    n, k = nk
+    cand = {c.id: c for c in candidates()}["triton.w8a8_gemv" if act == "fp8" else "triton.w8a16_gemv"]
+    qw = dispatch.quantize(make_weight(n, k, n + k).cuda(), fmt, act=act)
+    f = w8a8_gemv if act == "fp8" else w8a16_gemv
+    for m in GPU_M:
+        x = make_x(m, k, torch.bfloat16, m).cuda()
+        bias = torch.randn(n, device="cuda") if m % 2 else None
+        p = Problem.of(x.shape, qw, x_dtype=x.dtype, out_dtype=torch.float32, has_bias=bias is not None)
+        cfgs = cand.configs(p, detect())
+        # The whole autotune space at the two decode Ms the perf goals name; the default elsewhere (each
+        # block_m is its own compiled variant, and compiles dominate this test's time).
+        for cfg in cfgs if m in (1, 16) else cfgs[:1]:
+            y = f(x, qw, bias, torch.float32, cfg, hw_fp8=hw_fp8)
+            check_close(y, x, qw, bias, 2e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERP, reason="GPU test")
+@pytest.mark.parametrize("xdtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("fa", FORMAT_ACTS, ids=lambda fa: f"{fa[0]}-{fa[1]}")
+def test_gpu_gemv_dtypes_and_candidate_run(fa, xdtype):
+    from dispatch.target import detect
+    from kernels_triton.candidates import candidates
+
+    fmt, act = fa
+    cand = {c.id: c for c in candidates()}["triton.w8a8_gemv" if act == "fp8" else "triton.w8a16_gemv"]
+    qw = dispatch.quantize(make_weight(384, 640, 5).cuda(), fmt, act=act)
+    for m in (1, 4, 16, 40):
+        x = make_x(m, 640, xdtype, m).cuda()
+        bias = torch.randn(384, device="cuda").to(xdtype)
+        p = Problem.of(x.shape, qw, x_dtype=xdtype, has_bias=True)
+        assert cand.supports(p, detect())
+        y = cand.run(x, qw, cand.prepare(qw), bias, xdtype, cand.default_config(p, detect()))
+        assert y.dtype == xdtype and y.shape == (m, 384)
+        ref = reference.linear(x, qw, bias)
+        torch.testing.assert_close(y.float(), ref.float(), rtol=2e-2 if xdtype != torch.float32 else 1e-4,
+                                   atol=1e-2 * ref.float().abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERP, reason="GPU test")
+def test_gpu_gemv_cuda_graph_and_determinism():
+    """No host sync (captures in a CUDA graph), and split-K gives identical bits run to run."""
+    from kernels_triton._gemv import w8a8_gemv
+    from kernels_triton.configs import GemvConfig
+
+    qw = dispatch.quantize(make_weight(1024, 4096, 9).cuda(), "fp8_block", act="fp8")
+    x = make_x(4, 4096, torch.bfloat16, 9).cuda()
+    cfg = GemvConfig(4, 32, 256, 8)
+    y0 = w8a8_gemv(x, qw, None, None, cfg)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        w8a8_gemv(x, qw, None, None, cfg)  # warm-up (compile) outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg = w8a8_gemv(x, qw, None, None, cfg)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(yg, y0)
+    assert torch.equal(w8a8_gemv(x, qw, None, None, cfg), y0)
