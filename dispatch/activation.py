@@ -22,10 +22,17 @@ def e4m3_codes(v: torch.Tensor) -> torch.Tensor:
     return v.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
 
+def ieee_div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """a / b as an IEEE division on every device. On CUDA, torch turns a division by a Python scalar into a
+    multiplication by its reciprocal (one bit off near ties); dividing by a tensor keeps the true division
+    that kernels (div.rn.f32, __fdiv_rn) and the CPU compute."""
+    return a / torch.full_like(a, b)
+
+
 def scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
-    """fp32 scale = max(amax, AMAX_FLOOR) / 448, NaN propagating."""
+    """fp32 scale = max(amax, AMAX_FLOOR) / 448 (IEEE division), NaN propagating."""
     amax = amax.float()
-    return torch.where(amax < AMAX_FLOOR, torch.full_like(amax, AMAX_FLOOR), amax) / E4M3_MAX
+    return ieee_div(torch.where(amax < AMAX_FLOOR, torch.full_like(amax, AMAX_FLOOR), amax), E4M3_MAX)
 
 
 def _check_x(x: torch.Tensor) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 from .errors import NoCandidateError, TableError
 from .force import Policy, policy as _policy
 from .heuristic import estimate_us
-from .problem import Candidate, KernelConfig, Problem
+from .problem import M_BUCKETS, Candidate, KernelConfig, Problem, Support
 from .tables import EMPTY, Entry, TableSet, Tier
 from .target import Target
 
@@ -107,7 +107,7 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
                 if not av and not target.simulated:
                     why = f"unavailable: {av.reason}"
                 else:
-                    sp = c.supports(problem, target)
+                    sp = _supports_whole_bucket(c, problem, target)
                     if not sp:
                         why = sp.reason
                     elif not av:
@@ -117,6 +117,24 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
         else:
             rejected.append((c.id, why))
     return ok, rejected, assumed
+
+
+def _supports_whole_bucket(c: Candidate, problem: Problem, target: Target) -> Support:
+    """A plan serves every M of its bucket, so a candidate must support both ends of the bucket (the
+    bucket's largest M is problem.m; the smallest is one more than the previous bucket). Found on the H200:
+    blockwise _scaled_mm planned for bucket 4 at M=4 was then run at M=3."""
+    sp = c.supports(problem, target)
+    lo = _bucket_low(problem.m)
+    if sp and lo != problem.m:
+        low = c.supports(dataclasses.replace(problem, m=lo), target)
+        if not low:
+            return Support.no(f"{low.reason} (at M={lo}, the smallest M of the M-bucket {problem.m})")
+    return sp
+
+
+def _bucket_low(m: int) -> int:
+    prev = [b for b in M_BUCKETS if b < m]
+    return prev[-1] + 1 if prev else 1
 
 
 def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidates: Sequence[Candidate] = (),

@@ -177,9 +177,10 @@ class ScaledMMBlockwise(_ScaledMM):
             return Support.no(f"blockwise _scaled_mm needs torch >= 2.9 (pytorch#158037), have {target.torch_version}")
         if _vt(target.runtime_version) < (12, 9):
             return Support.no(f"cuBLASLt block scaling needs CUDA >= 12.9, torch was built with {target.runtime_version}")
-        if problem.m <= 2:
-            # M = 1 measured CUBLAS_STATUS_NOT_SUPPORTED on H200 (torch 2.11, CUDA 13.0); M = 2 unmeasured.
-            return Support.no(f"cuBLAS refuses blockwise scaling at M <= 2 (M bucket {problem.bucket})")
+        if problem.m < 4:
+            # Measured on the H200 (torch 2.11, CUDA 13.0): CUBLAS_STATUS_NOT_SUPPORTED at M = 1 (baseline)
+            # and within the M-bucket 4 (M = 3); M = 4..4096 ran in the baseline.
+            return Support.no(f"cuBLAS refuses blockwise scaling at small M (M={problem.m} < 4)")
         if problem.k % ACT_GROUP:
             return Support.no(f"K={problem.k} is not a multiple of 128 (partial K blocks unverified with cuBLAS)")
         if -(-problem.k // WEIGHT_BLOCK) % 4:

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from .activation import e4m3_codes, scale_from_amax
+from .activation import e4m3_codes, ieee_div, scale_from_amax
 from .errors import FormatError
 from .formats import (E4M3_MAX, E8M0_BIAS, E8M0_MAX_EXP, E8M0_MIN_EXP, MX_FLOOR_EMAX, MX_GROUP, WEIGHT_BLOCK,
                       Format, MXScaleMode, QWeight, resolve_act, scale_shape)
@@ -69,7 +69,7 @@ def mx_exponent(amax: torch.Tensor, mode: MXScaleMode) -> torch.Tensor:
     """int32 shared exponent per MX group from fp32 amax (all-zero group -> -127)."""
     amax = amax.float()
     if mode is MXScaleMode.RCEIL:
-        r = amax / E4M3_MAX
+        r = ieee_div(amax, E4M3_MAX)
         m, ex = torch.frexp(r)  # r = m * 2^ex, m in [0.5, 1)
         e = torch.where(m == 0.5, ex - 1, ex)  # ceil(log2 r), exact
     else:

@@ -160,6 +160,27 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     return y
 
 
+def act_quant_plan(m: int, k: int, granularity: ActGranularity | str) -> list[tuple[str, tuple[int, int, int],
+                                                                                  tuple[int, int, int]]]:
+    """Launch geometry of the fused activation quantization of an [m, k] x: [(entry, grid, block)] in launch
+    order. Pure (no device): kernels_hip mirrors it, tests/test_cuda_compile.py models its index coverage."""
+    g = ActGranularity.parse(granularity)
+    if g is ActGranularity.PER_TOKEN:
+        if not m:
+            return []
+        threads = 1024 if k >= 4096 else (256 if k >= 512 else 128)
+        return [("fp8d_act_quant_token", (m, 1, 1), (threads, 1, 1))]
+    if g is ActGranularity.PER_TOKEN_GROUP_128:
+        items = m * math.ceil(k / 128)
+        return [("fp8d_act_quant_group", (math.ceil(items / 8), 1, 1), (256, 1, 1))] if items else []
+    numel = m * k
+    if numel <= SINGLE_CTA_ACT_QUANT_MAX:
+        return [("fp8d_act_quant_tensor_single", (1, 1, 1), (1024, 1, 1))]
+    nparts = min(1024, math.ceil(numel / (256 * 16)))
+    return [("fp8d_act_amax_partial", (nparts, 1, 1), (256, 1, 1)),
+            ("fp8d_act_quant_tensor_apply", (min(4096, math.ceil(numel / 1024)), 1, 1), (256, 1, 1))]
+
+
 def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *, arch: str | None = None,
                         force_sw_cvt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused dynamic activation quantization of a contiguous [M, K] x: (codes e4m3 [M, K], fp32 scales) with
@@ -175,31 +196,27 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
     defines = _extra_defines(False, force_sw_cvt)
     if g is ActGranularity.PER_TOKEN:
         scales = torch.empty((m, 1), dtype=torch.float32, device=dev)
-        if m:
-            threads = 1024 if k >= 4096 else (256 if k >= 512 else 128)
-            _launch("act_quant.cu", "fp8d_act_quant_token", defines, idx, arch, (m, 1, 1), (threads, 1, 1),
-                    (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(k)))
     elif g is ActGranularity.PER_TOKEN_GROUP_128:
-        groups = math.ceil(k / 128)
-        scales = torch.empty((m, groups), dtype=torch.float32, device=dev)
-        items = m * groups
-        if items:
-            _launch("act_quant.cu", "fp8d_act_quant_group", defines, idx, arch, (math.ceil(items / 8), 1, 1),
-                    (256, 1, 1), (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(m), np.int32(k)))
+        scales = torch.empty((m, math.ceil(k / 128)), dtype=torch.float32, device=dev)
     else:
         scales = torch.empty((), dtype=torch.float32, device=dev)
-        numel = m * k
-        if numel <= SINGLE_CTA_ACT_QUANT_MAX:
-            _launch("act_quant.cu", "fp8d_act_quant_tensor_single", defines, idx, arch, (1, 1, 1), (1024, 1, 1),
-                    (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int64(numel)))
-        else:
-            nparts = min(1024, math.ceil(numel / (256 * 16)))
-            partial = torch.empty((nparts,), dtype=torch.float32, device=dev)
-            _launch("act_quant.cu", "fp8d_act_amax_partial", defines, idx, arch, (nparts, 1, 1), (256, 1, 1),
-                    (_ptr(x2d), xk, _ptr(partial), np.int64(numel)))
-            _launch("act_quant.cu", "fp8d_act_quant_tensor_apply", defines, idx, arch,
-                    (min(4096, math.ceil(numel / 1024)), 1, 1), (256, 1, 1),
-                    (_ptr(x2d), xk, _ptr(partial), np.int32(nparts), _ptr(codes), _ptr(scales), np.int64(numel)))
+    plan = act_quant_plan(m, k, g)
+    partial = None
+    if len(plan) == 2:
+        partial = torch.empty((plan[0][1][0],), dtype=torch.float32, device=dev)
+    for entry, grid, block in plan:
+        if entry == "fp8d_act_quant_token":
+            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(k))
+        elif entry == "fp8d_act_quant_group":
+            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(m), np.int32(k))
+        elif entry == "fp8d_act_quant_tensor_single":
+            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int64(m * k))
+        elif entry == "fp8d_act_amax_partial":
+            args = (_ptr(x2d), xk, _ptr(partial), np.int64(m * k))
+        else:  # fp8d_act_quant_tensor_apply
+            args = (_ptr(x2d), xk, _ptr(partial), np.int32(partial.numel()), _ptr(codes), _ptr(scales),
+                    np.int64(m * k))
+        _launch("act_quant.cu", entry, defines, idx, arch, grid, block, args)
     return codes.view(torch.float8_e4m3fn), scales
 
 

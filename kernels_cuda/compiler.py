@@ -148,6 +148,9 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
+atomic_write = _atomic_write  # public: kernels_hip caches its code objects with it
+
+
 def compile_module(name: str, arch: str, defines: Mapping[str, int | str] = (), extra: Sequence[str] = (),
                    *, use_cache: bool = True) -> Compiled:
     """Compile csrc/`name` for `arch` with -D `defines`; returns the cached module path.

@@ -183,7 +183,7 @@ def _w8a16_gemm_kernel(
         else:
             w = _decode_codes(codes, HW_FP8, DTYPE)
         if WSCALE == _W_BLOCK128:
-            s = tl.load(ws_row)
+            s = tl.load(ws_row + k0 // _BLOCK)
             acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)
         elif WSCALE == _W_MX32 and not MX_PRESCALE:
             # BLOCK_K == 32 (checked by the launcher): this tile is exactly group kt.
@@ -209,12 +209,16 @@ def _w8a8_gemm_kernel(
     M, N, K,
     stride_xm, stride_wn, stride_ym, stride_xs, stride_ws,
     SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
 
     TENSOR_TENSOR: xs [], ws []. TOKEN_ROW: xs [M] (stride_xs between tokens), ws [N].
     GROUP_BLOCK: xs [M, cdiv(K,128)] (row stride stride_xs), ws [cdiv(N,128), cdiv(K,128)] (stride_ws).
+    USE_TMA: xq_ptr / w_ptr are host tensor descriptors with [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]
+    blocks (sm_90 TMA bulk copies; out-of-bounds rows and the K tail are zero-filled by the hardware, so
+    no masks); otherwise plain pointers.
     """
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -222,8 +226,9 @@ def _w8a8_gemm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     rows_m = offs_m % M
     rows_n = offs_n % N
-    x_ptrs = xq_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-    w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    if not USE_TMA:
+        x_ptrs = xq_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+        w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
     if SCALES == _A8_GROUP_BLOCK:
         xs_row = xs_ptr + rows_m.to(tl.int64) * stride_xs
         ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
@@ -231,9 +236,13 @@ def _w8a8_gemm_kernel(
 
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         k0 = kt * BLOCK_K
-        kmask = offs_k[None, :] < K - k0
-        a = tl.load(x_ptrs, mask=kmask, other=0.0)
-        b = tl.load(w_ptrs, mask=kmask, other=0.0)
+        if USE_TMA:
+            a = xq_ptr.load([pid_m * BLOCK_M, k0])
+            b = w_ptr.load([pid_n * BLOCK_N, k0])
+        else:
+            kmask = offs_k[None, :] < K - k0
+            a = tl.load(x_ptrs, mask=kmask, other=0.0)
+            b = tl.load(w_ptrs, mask=kmask, other=0.0)
         if not HW_FP8:
             # sm_80: exact software decode, bf16 MMA (same products as an fp8 MMA).
             a = e4m3_to_f32(a).to(tl.bfloat16)
@@ -246,8 +255,9 @@ def _w8a8_gemm_kernel(
             acc += _mma(a, b, None, False, DOT_F32) * (sx[:, None] * sw[None, :])
         else:
             acc = _mma(a, b, acc, False, DOT_F32)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+        if not USE_TMA:
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
 
     if SCALES == _A8_TENSOR_TENSOR:
         acc = acc * (tl.load(xs_ptr) * tl.load(ws_ptr))

@@ -98,7 +98,7 @@ class TritonW8A8Gemm(_GemmCandidate):
         return _common(problem, target, _W8A8_X, "bf16/fp16/fp32")
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return w8a8_configs(target, W8A8_LAYOUT[problem.fmt])
+        return w8a8_configs(target, W8A8_LAYOUT[problem.fmt], problem.k)
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:

@@ -40,6 +40,10 @@ class GemmConfig(KernelConfig):
     num_stages: int = 3
     # W8A16 only: compute y^T = W x^T so the decoded weight is the MMA's A operand (registers on sm_90).
     swap_ab: bool = False
+    # W8A8 only: load the fp8 tiles with TMA bulk copies (host tensor descriptors; sm_90). Used where the
+    # tensors allow it (16-byte aligned base and row stride, i.e. K % 16 == 0); otherwise the launcher
+    # runs the pointer path with the same tile (same results).
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "num_warps"):
@@ -52,6 +56,8 @@ class GemmConfig(KernelConfig):
 
     def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
+        if self.tma:
+            return "tma is a W8A8 option (the W8A16 weight tile is decoded in registers, not copied to shared memory)"
         if wscale is WScale.BLOCK128 and 128 % self.block_k:
             return f"block128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
         if wscale is WScale.MX32:
@@ -82,8 +88,10 @@ def _legal_unique(space: list[GemmConfig], why_not) -> list[GemmConfig]:
     return out
 
 
-def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
-    """Autotune space for the W8A8 GEMM on `target`; the first entry is the default."""
+def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None) -> list[GemmConfig]:
+    """Autotune space for the W8A8 GEMM on `target`; the first entry is the default. On TMA targets
+    (sm_90, `has_wgmma`) with 16-byte aligned rows (k % 16 == 0, or k unknown) the TMA variants of the
+    first tiles come first."""
     if target.has_wgmma and scales is A8Scales.GROUP_BLOCK:
         # Each K tile's product is waited for and scaled in registers next to the fp32 accumulator, so a
         # thread holds two accumulators: 64x128 per warpgroup (64 + 64 registers) leaves headroom, while
@@ -133,6 +141,8 @@ def w8a8_configs(target: Target, scales: A8Scales) -> list[GemmConfig]:
             GemmConfig(128, 64, 64, 8, 4, 3),
             GemmConfig(64, 64, 64, 8, 4, 3),
         ]
+    if target.has_wgmma and (k is None or k % 16 == 0):
+        space = [dataclasses.replace(c, tma=True) for c in space[:4]] + space
     return _legal_unique(space, lambda c: c.legal_for_w8a8(scales))
 
 

@@ -75,15 +75,21 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> G
 def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> GemmIsaVariant:
     from ._gemm import _w8a8_gemm_kernel
     hw = target.has_triton_fp8_dtype
-    code = "*fp8e4nv" if hw else "*u8"
-    sig = {"xq_ptr": code, "xs_ptr": "*fp32", "w_ptr": code, "ws_ptr": "*fp32", "bias_ptr": "*bf16",
+    code = "fp8e4nv" if hw else "u8"
+    if cfg.tma:
+        xsig = f"tensordesc<{code}[{cfg.block_m}, {cfg.block_k}]>"
+        wsig = f"tensordesc<{code}[{cfg.block_n}, {cfg.block_k}]>"
+    else:
+        xsig = wsig = "*" + code
+    sig = {"xq_ptr": xsig, "xs_ptr": "*fp32", "w_ptr": wsig, "ws_ptr": "*fp32", "bias_ptr": "*bf16",
            "y_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
            "stride_ym": "i32", "stride_xs": "i32", "stride_ws": "i32"}
-    cx = {"SCALES": int(scales), "HAS_BIAS": False, "HW_FP8": hw, "DOT_F32": False, "BLOCK_M": cfg.block_m,
+    cx = {"SCALES": int(scales), "HAS_BIAS": False, "HW_FP8": hw, "DOT_F32": False, "USE_TMA": cfg.tma,
+          "BLOCK_M": cfg.block_m,
           "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
     for k in cx:
         sig[k] = "constexpr"
-    name = f"w8a8_gemm[{scales.name.lower()}]"
+    name = f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}]"
     return GemmIsaVariant(name, target.arch, _w8a8_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
                           supported=_supported(target), attrs=_divisible(["K", "stride_xm", "stride_wn", "stride_ym"], sig))
 
@@ -100,7 +106,9 @@ def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[GemmIsaVar
                 picks = [space[0]] + [c for c in space[1:] if c.swap_ab != space[0].swap_ab][:1]
                 out.extend(_w8a16_variant(t, ws, x, c) for c in picks)
         for sc in A8Scales:
-            out.append(_w8a8_variant(t, sc, w8a8_configs(t, sc)[0]))
+            space = w8a8_configs(t, sc)
+            picks = [space[0]] + [c for c in space[1:] if c.tma != space[0].tma][:1]
+            out.extend(_w8a8_variant(t, sc, c) for c in picks)
     return out
 
 

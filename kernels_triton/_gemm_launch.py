@@ -77,16 +77,28 @@ def _check_common(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_d
         raise FormatError(f"bias must be a contiguous [{n}] tensor on {x.device}, got {tuple(bias.shape)}")
 
 
+def _tma_ok(t: torch.Tensor) -> bool:
+    """TMA needs a 16-byte aligned base and row stride (the last dimension is contiguous here)."""
+    return t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+
+
+def _tma_target(device: torch.device) -> bool:
+    if device.type == "cpu":  # the interpreter emulates descriptors (tests)
+        return True
+    from dispatch.target import detect
+    return detect(device).has_wgmma  # TMA arrived with sm_90, as wgmma did
+
+
 def _grid(m: int, n: int, cfg: GemmConfig) -> tuple[int]:
     return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
 
 
 def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
-               config: GemmConfig, *, hw_fp8: bool, dot_f32: bool = False) -> torch.Tensor:
+               config: GemmConfig, *, hw_fp8: bool, dot_f32: bool | None = None) -> torch.Tensor:
     """y[M, N] = x @ dequantize(qw)^T (+ bias), x bf16/fp16 [M, K]; any weight format.
 
-    hw_fp8=False runs the sm_80 variant (uint8 codes, software decode) on any GPU. dot_f32=True is the
-    CPU-interpreter path (fp32 IEEE dots); it is not a GPU validation.
+    hw_fp8=False runs the sm_80 variant (uint8 codes, software decode) on any GPU. dot_f32 (default: x on
+    the CPU, i.e. TRITON_INTERPRET=1) is the interpreter path (fp32 IEEE dots); it is not a GPU validation.
     """
     _check_common(x, qw, bias, out_dtype)
     if x.dtype not in X_DTYPES:
@@ -98,6 +110,7 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
         raise UnsupportedError(f"GemmConfig {config} cannot run W8A16 {qw.format}: {why}")
     m, k = x.shape
     n = qw.out_features
+    dot_f32 = x.device.type == "cpu" if dot_f32 is None else dot_f32
     y = torch.empty((m, n), dtype=out_dtype, device=x.device)
     ws, stride_ws = _weight_scale_args(qw)
     _w8a16_gemm_kernel[_grid(m, n, config)](
@@ -135,7 +148,7 @@ def _act_scale_args(scales: A8Scales, xs: torch.Tensor, m: int, k: int) -> tuple
 
 def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tensor | None,
               out_dtype: torch.dtype, config: GemmConfig, *, hw_fp8: bool,
-              dot_f32: bool = False) -> torch.Tensor:
+              dot_f32: bool | None = None) -> torch.Tensor:
     """y[M, N] = (xq * xs) @ dequantize(qw)^T (+ bias) from already-quantized activations.
 
     (xq, xs) are what `dispatch.quantize_activation(x, qw.act_granularity)` (or the fused Triton
@@ -153,14 +166,24 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
         raise UnsupportedError(f"GemmConfig {config} cannot run W8A8 {qw.format}: {why}")
     m, k = xq.shape
     n = qw.out_features
+    dot_f32 = xq.device.type == "cpu" if dot_f32 is None else dot_f32
     xs_t, stride_xs = _act_scale_args(scales, xs, m, k)
     ws, stride_ws = _weight_scale_args(qw)
     y = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    xc, wc = codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8)
+    # Shape/alignment decide (never values): the same tile runs on the pointer path otherwise.
+    use_tma = config.tma and _tma_target(xq.device) and _tma_ok(xc) and _tma_ok(wc)
+    if use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        xa = TensorDescriptor.from_tensor(xc, [config.block_m, config.block_k])
+        wa = TensorDescriptor.from_tensor(wc, [config.block_n, config.block_k])
+    else:
+        xa, wa = xc, wc
     _w8a8_gemm_kernel[_grid(m, n, config)](
-        codes_view(xq, hw_fp8), xs_t, codes_view(qw.qdata, hw_fp8), ws, bias if bias is not None else y, y,
+        xa, xs_t, wa, ws, bias if bias is not None else y, y,
         m, n, k,
         xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws,
-        SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32,
+        SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -335,3 +335,88 @@ def test_model_gemv_fragment_mapping():
             row, tok = g + 8 * (c >> 1), 2 * t + (c & 1)
             Y[row, tok] = C[lane, c]
     np.testing.assert_allclose(Y, W @ X.T, rtol=1e-12, atol=1e-12)
+
+
+# --- activation-quantization launch geometry: every code and scale written exactly once ----------------
+def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy model of the index arithmetic of act_quant.cu under _launch.act_quant_plan: how often each code
+    and each scale is written, and how often each x element enters the amax that its scale comes from."""
+    from kernels_cuda._launch import act_quant_plan
+
+    numel = m * k
+    codes = np.zeros(numel, np.int64)
+    groups = -(-k // 128)
+    nscales = {"per_tensor": 1, "per_token": m, "per_token_group_128": m * groups}[g.value]
+    scales = np.zeros(nscales, np.int64)
+    amax_reads = np.zeros(numel, np.int64)
+    for entry, grid, block in act_quant_plan(m, k, g):
+        nb, nt = grid[0], block[0]
+        tid = np.arange(nt)
+        if entry == "fp8d_act_quant_token":
+            for b in range(nb):
+                for kk in range(0, k, nt):  # amax loop: k = tid; k < K; k += blockDim
+                    idx = kk + tid
+                    np.add.at(amax_reads, b * k + idx[idx < k], 1)
+                scales[b] += 1
+                for kk in range(0, k, 4 * nt):  # store loop: k = 4 tid; k < K; k += 4 blockDim
+                    for j in range(4):
+                        idx = kk + 4 * tid + j
+                        np.add.at(codes, b * k + idx[idx < k], 1)
+        elif entry == "fp8d_act_quant_group":
+            for b in range(nb):
+                item = b * (nt // 32) + tid // 32
+                lane = tid % 32
+                ok = item < m * groups
+                item, lane = item[ok], lane[ok]
+                row, grp = item // groups, item % groups
+                np.add.at(scales, item[lane == 0], 1)
+                for j in range(4):
+                    col = grp * 128 + 4 * lane + j
+                    sel = col < k
+                    np.add.at(codes, row[sel] * k + col[sel], 1)
+                    np.add.at(amax_reads, row[sel] * k + col[sel], 1)
+        elif entry == "fp8d_act_quant_tensor_single":
+            for i0 in range(0, numel, nt):
+                idx = i0 + tid
+                np.add.at(amax_reads, idx[idx < numel], 1)
+            scales[0] += 1
+            for i0 in range(0, numel, 4 * nt):
+                for j in range(4):
+                    idx = i0 + 4 * tid + j
+                    np.add.at(codes, idx[idx < numel], 1)
+        elif entry == "fp8d_act_amax_partial":
+            for i0 in range(0, numel, nb * nt):
+                idx = i0 + np.arange(nb * nt)
+                np.add.at(amax_reads, idx[idx < numel], 1)
+        else:  # fp8d_act_quant_tensor_apply: block 0 writes the scale
+            assert entry == "fp8d_act_quant_tensor_apply", entry
+            scales[0] += 1
+            for i0 in range(0, numel, 4 * nb * nt):
+                for j in range(4):
+                    idx = i0 + 4 * np.arange(nb * nt) + j
+                    np.add.at(codes, idx[idx < numel], 1)
+    return codes, scales, amax_reads
+
+
+@pytest.mark.parametrize("m,k", [(1, 16), (2, 1040), (9, 1040), (32, 1040), (17, 4096), (31, 4096), (32, 4096),
+                                 (16, 4096), (6, 129), (1, 7), (32, 16384), (64, 8192)])
+def test_act_quant_plan_writes_every_code_once(m, k):
+    from dispatch.formats import ActGranularity
+
+    for g in ActGranularity:
+        codes, scales, amax_reads = _act_quant_coverage(m, k, g)
+        assert (codes == 1).all(), (g, m, k, "codes written", np.unique(codes))
+        assert (scales == 1).all(), (g, m, k, "scales written", np.unique(scales))
+        assert (amax_reads == 1).all(), (g, m, k, "amax reads", np.unique(amax_reads))
+
+
+def test_w8a8_gemv_mma_chains_stay_within_one_k_step():
+    """Every W8A8 MMA accumulates into the per-step `part` fragment, which is folded into the fp32
+    accumulator once per 128-wide step (scaled for fp8_block, plain for tensor/token): no MMA accumulator
+    chain spans steps, like the fp8_block path that passed on the H200."""
+    from kernels_cuda import compiler
+
+    src = (compiler.CSRC / "gemv_w8a8.cu").read_text()
+    calls = re.findall(r"fp8d_mma_\w+\(([^,]+),", src)
+    assert calls and all(c.strip() == "part[mt][nt]" for c in calls), calls
+    assert "acc[mt][nt][c] += part[mt][nt][c]" in src

@@ -63,7 +63,7 @@ def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):
     from tools import bench
 
     rc = bench.main(["--device", "cpu", "--what", "main,quantizer,overhead,untabled", "--shapes", "128x256",
-                     "--m", "2", "--formats", "fp8_tensor", "--quantizer-shape", "256x256",
+                     "--m", "2", "--formats", "fp8_tensor", "--quantizer-shape", "256x256", "--overhead-shape", "64x128",
                      "--untabled-shapes", "96x160", "--untabled-m", "3", "--out", str(tmp_path)])
     assert rc == 0
     res = json.loads((tmp_path / "results.json").read_text())

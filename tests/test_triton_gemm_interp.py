@@ -16,7 +16,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -73,10 +73,44 @@ def _close(y: torch.Tensor, x: torch.Tensor, qw, bias, out_dtype) -> None:
                                  f"{[int(i) for i in bad.nonzero()[0]]}: {yf[bad][:4]} vs {r[bad][:4]}")
 
 
+# Shrinking re-runs the interpreter hundreds of times (minutes); the failing example is printed anyway.
+_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+@pytest.mark.parametrize("fmt", W8A16_FORMATS)
+@pytest.mark.parametrize("block_k", [32, 64, 128])
+@pytest.mark.parametrize("swap", [False, True])
+def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap):
+    """Fixed partial shape crossing 128-blocks along N and K (N = 150, K = 300) and a K tile holding
+    1, 2 or 4 mx groups: every layout's scale indexing, deterministically."""
+    g = torch.Generator().manual_seed(block_k + 7 * swap)
+    qw = dispatch.quantize(_weight(150, 300, g), fmt, act="bf16")
+    x = _x(37, 300, torch.bfloat16, g)
+    cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, swap_ab=swap)
+    y = _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+    _close(y, x, qw, None, torch.float32)
+
+
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+@pytest.mark.parametrize("block_k", [32, 64, 128])
+@pytest.mark.parametrize("tma", [False, True])
+def test_w8a8_every_layout_and_k_tile(fmt, block_k, tma):
+    """K = 304 keeps rows 16-byte aligned, so tma=True really takes the descriptor path (emulated by the
+    interpreter: zero-filled out-of-bounds boxes); K = 300 exercises the pointer fallback of tma=True."""
+    g = torch.Generator().manual_seed(block_k)
+    for k in (304, 300) if tma else (300,):
+        qw = dispatch.quantize(_weight(150, k, g), fmt, act="fp8")
+        x = _x(37, k, torch.bfloat16, g)
+        xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
+        cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, tma=tma)
+        y = _launch().w8a8_gemm(xq, xs, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+        _close(y, x, qw, None, torch.float32)
+
+
 tiles = st.sampled_from([(16, 16, 32), (16, 32, 32), (32, 16, 64), (16, 64, 32), (32, 32, 128)])
 
 
-@settings(max_examples=12)
+@settings(max_examples=12, phases=_NO_SHRINK)
 @given(m=st.integers(1, 40), n=st.integers(1, 90), k=st.integers(1, 300), fmt=st.sampled_from(W8A16_FORMATS),
        tile=tiles, group_m=st.sampled_from([1, 2, 3]), swap=st.booleans(), hw=st.booleans(),
        x_dtype=st.sampled_from([torch.bfloat16, torch.float16]), out_dtype=st.sampled_from([torch.float32, torch.bfloat16]),
@@ -95,18 +129,18 @@ def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype,
     _close(y, x, qw, bias, out_dtype)
 
 
-@settings(max_examples=10)
+@settings(max_examples=10, phases=_NO_SHRINK)
 @given(m=st.integers(1, 40), n=st.integers(1, 90), k=st.integers(1, 300), fmt=st.sampled_from(W8A8_FORMATS),
        tile=tiles, group_m=st.sampled_from([1, 2, 3]), hw=st.booleans(), has_bias=st.booleans(),
-       seed=st.integers(0, 2**16))
-def test_w8a8_matches_reference(m, n, k, fmt, tile, group_m, hw, has_bias, seed):
+       tma=st.booleans(), seed=st.integers(0, 2**16))
+def test_w8a8_matches_reference(m, n, k, fmt, tile, group_m, hw, has_bias, tma, seed):
     g = torch.Generator().manual_seed(seed)
     qw = dispatch.quantize(_weight(n, k, g), fmt, act="fp8")
     x = _x(m, k, torch.bfloat16, g)
     bias = torch.randn(n, generator=g) if has_bias else None
     xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
     bm, bn, bk = tile
-    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1)
+    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, tma=tma)
     y = _launch().w8a8_gemm(xq, xs, qw, bias, torch.float32, cfg, hw_fp8=hw, dot_f32=True)
     _close(y, x, qw, bias, torch.float32)
 
@@ -191,5 +225,7 @@ def test_typed_errors():
         L.w8a8_gemm(xq, xs[:, :1], qa, None, torch.float32, _cfg(block_k=64), hw_fp8=False, dot_f32=True)
     with pytest.raises(UnsupportedError, match="swap_ab"):
         L.w8a8_gemm(xq, xs, qa, None, torch.float32, _cfg(block_k=64, swap_ab=True), hw_fp8=False, dot_f32=True)
+    with pytest.raises(UnsupportedError, match="tma is a W8A8 option"):
+        L.w8a16_gemm(x, qb, None, torch.float32, _cfg(block_k=64, tma=True), hw_fp8=False, dot_f32=True)
     with pytest.raises(UnsupportedError, match="no W8A8 GEMM"):
         L.w8a8_gemm(xq, xs, qm, None, torch.float32, _cfg(block_k=64), hw_fp8=False, dot_f32=True)

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--untabled-shapes", default="untabled", help="shapes for the untabled section")
     ap.add_argument("--untabled-m", default="1,16,256,4096", help="M values for the untabled section")
     ap.add_argument("--quantizer-shape", default="28672x4096", help="weight shape for the quantizer section")
+    ap.add_argument("--overhead-shape", default="4096x4096", help="weight shape for the overhead section (M = 1)")
     ap.add_argument("--tuned", default="", help="autotune output dir (journal.jsonl): per-candidate best configs")
     ap.add_argument("--tables", default="", help="set FP8DISPATCH_TUNING_DIR (overlay table dir) for this run")
     ap.add_argument("--skip", default="torch.reference", help="candidates never benchmarked (ids/backends/globs)")
@@ -449,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             qs = parse_shapes(args.quantizer_shape)[0]
             b.run_quantizer(pairs, qs.n, qs.k)
         if "overhead" in what:
-            b.run_overhead(pairs)
+            os_ = parse_shapes(args.overhead_shape)[0]
+            b.run_overhead(pairs, os_.n, os_.k)
         if "untabled" in what:
             b.run_untabled(parse_shapes(args.untabled_shapes), pairs, parse_ints(args.untabled_m))
     except DeviceLost as e:

@@ -79,7 +79,7 @@ __device__ __forceinline__ void w8a8_gemv_body(const uint8_t* __restrict__ w, co
             for (int mt = 0; mt < MT; ++mt) {
               const unsigned a[4] = {fp8d_word(wv[u][mt][0][q], 2 * i), fp8d_word(wv[u][mt][1][q], 2 * i),
                                      fp8d_word(wv[u][mt][0][q], 2 * i + 1), fp8d_word(wv[u][mt][1][q], 2 * i + 1)};
-              fp8d_mma_e4m3_m16n8k32((ACTQ == FP8D_ACTQ_GROUP) ? part[mt][nt] : acc[mt][nt], a, b);
+              fp8d_mma_e4m3_m16n8k32(part[mt][nt], a, b);
             }
           }
         }
@@ -98,7 +98,7 @@ __device__ __forceinline__ void w8a8_gemv_body(const uint8_t* __restrict__ w, co
             fp8d_decode4_bf16x2(fp8d_word(xv[nt], wd), b[0], b[1]);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-              fp8d_mma_bf16_m16n8k16((ACTQ == FP8D_ACTQ_GROUP) ? part[mt][nt] : acc[mt][nt], a[mt], b);
+              fp8d_mma_bf16_m16n8k16(part[mt][nt], a[mt], b);
           }
         }
 #endif
@@ -121,6 +121,16 @@ __device__ __forceinline__ void w8a8_gemv_body(const uint8_t* __restrict__ w, co
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[mt][nt][c] = fmaf(part[mt][nt][c] * xsv[nt][c & 1], wsc, acc[mt][nt][c]);
         }
+      } else {
+        // tensor / token: the scales are per output, applied once in the epilogue; the step's code-space
+        // sum joins the fp32 accumulator here (one FADD per fragment value), so no MMA accumulator chain
+        // runs longer than one 128-wide step: the same MMA usage as the group path.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[mt][nt][c] += part[mt][nt][c];
       }
     }
   }

@@ -145,7 +145,8 @@ def render(results: dict[str, Any], out: pathlib.Path) -> str:
               q.get("status") if q.get("status") == "ok" else q.get("error", "")[:100]]
              for q in results["quantizer"]]))
     if results.get("overhead"):
-        short.append("\nHost overhead, M=1 4096x4096 (CPU time per call; target <= 2 us):\n\n" + md_table(
+        o0 = results["overhead"][0]
+        short.append(f"\nHost overhead, M=1 {o0['n']}x{o0['k']} (CPU time per call; target <= 2 us):\n\n" + md_table(
             ["format/act", "candidate", "dispatch.linear us", "direct run us", "overhead us", "status"],
             [[f"{o['format']}/{o['act']}", o.get("candidate", "-"), _f(o.get("linear_us")), _f(o.get("direct_us")),
               _f(o.get("overhead_us")), o.get("status") if o.get("status") == "ok" else o.get("error", "")[:100]]

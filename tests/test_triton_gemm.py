@@ -1,0 +1,141 @@
+"""Triton prefill GEMMs on the CPU: candidates, support answers, config spaces, the interpreter tests (in a
+subprocess with TRITON_INTERPRET=1) and ahead-of-time compiles that pin the code structure the
+performance depends on (wgmma with a register A operand, asynchronous e8m0 loads, fp8 MMA families).
+
+None of this is a GPU validation; tests/test_triton_gemm_gpu.py is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+from dispatch.formats import Act, Format
+from dispatch.problem import Problem
+from dispatch.target import Target
+
+ARCHS = ("sm_80", "sm_89", "sm_90", "gfx1201")
+
+
+def test_interpreter_suite():
+    """Runs tests/test_triton_gemm_interp.py under TRITON_INTERPRET=1 (must be set before triton imports)."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        str(REPO / "tests" / "test_triton_gemm_interp.py")],
+                       cwd=str(REPO), env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert re.search(r"\d+ passed", r.stdout) and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+
+
+def _cands():
+    from kernels_triton.candidates import candidates
+    by_id = {c.id: c for c in candidates()}
+    return by_id["triton.w8a16_gemm"], by_id["triton.w8a8_gemm"]
+
+
+def test_candidates_registered_and_serve_every_pair():
+    a16, a8 = _cands()
+    assert a16.serves == frozenset((f, Act.BF16) for f in Format)
+    assert a8.serves == frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
+    assert a16.config_type is a8.config_type
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_supported_on_every_target_with_legal_configs(arch):
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
+    a16, a8 = _cands()
+    t = Target.simulated_for(arch)
+    for fmt in Format:
+        for xd in (torch.bfloat16, torch.float16):
+            p = Problem(fmt, Act.BF16, 4096, 4096, 4096, xd, xd)
+            assert a16.supports(p, t), (arch, fmt, a16.supports(p, t).reason)
+            cfgs = list(a16.configs(p, t))
+            assert cfgs and cfgs[0] == a16.default_config(p, t)
+            for c in cfgs:
+                assert isinstance(c, GemmConfig)
+                assert c.legal_for_w8a16(W8A16_LAYOUT[fmt], xd == torch.float16) == ""
+                assert not c.swap_ab or t.has_wgmma  # register-A operands are a wgmma feature
+        if fmt in W8A8_LAYOUT:
+            p = Problem(fmt, Act.FP8, 4096, 4096, 4096)
+            assert a8.supports(p, t), (arch, fmt)
+            for c in a8.configs(p, t):
+                assert c.legal_for_w8a8(W8A8_LAYOUT[fmt]) == ""
+
+
+def test_support_says_no_with_reasons():
+    a16, a8 = _cands()
+    sm90 = Target.simulated_for("sm_90")
+    checks = [
+        (a16, Problem(Format.FP8_ROW, Act.FP8, 64, 64, 64), sm90, "W8A16"),
+        (a16, Problem(Format.FP8_ROW, Act.BF16, 64, 64, 64, torch.float32, torch.float32), sm90, "TF32"),
+        (a8, Problem(Format.FP8_ROW, Act.BF16, 64, 64, 64), sm90, "W8A8"),
+        (a16, Problem(Format.FP8_ROW, Act.BF16, 64, 64, 64), Target.simulated_for("cpu"), "GPU"),
+        (a16, Problem(Format.FP8_ROW, Act.BF16, 64, 64, 64), Target.simulated_for("gfx942"), "e4m3fnuz"),
+    ]
+    for cand, prob, tgt, word in checks:
+        s = cand.supports(prob, tgt)
+        assert not s and word in s.reason, (cand.id, s)
+
+
+def test_config_validation():
+    from kernels_triton._gemm_config import GemmConfig
+    with pytest.raises(ValueError, match="power of two"):
+        GemmConfig(block_m=96)
+    with pytest.raises(ValueError, match="16..256"):
+        GemmConfig(block_k=512)
+    assert GemmConfig.from_dict(GemmConfig(64, 64, 32).to_dict()) == GemmConfig(64, 64, 32)
+
+
+def test_isa_variants_cover_every_layout_and_target():
+    from kernels_triton._gemm_isa import gemm_isa_variants
+    vs = gemm_isa_variants()
+    names = {(v.target, v.kernel.split("[")[0] + "[" + v.kernel.split("[")[1].split(",")[0].rstrip("]")) for v in vs}
+    for arch in ARCHS:
+        for ws in ("tensor", "row", "block128", "mx32"):
+            assert (arch, f"w8a16_gemm[{ws}") in names
+        for sc in ("tensor_tensor", "token_row", "group_block"):
+            assert (arch, f"w8a8_gemm[{sc}") in names
+    assert all(v.supported for v in vs)
+
+
+def _compile(arch: str, kernel: str):
+    pytest.importorskip("triton")
+    from kernels_triton._gemm_isa import compile_variant, gemm_isa_variants
+    (v,) = [v for v in gemm_isa_variants((arch,)) if v.kernel == kernel]
+    return compile_variant(v)
+
+
+def _loop(ttgir: str) -> str:
+    return ttgir[ttgir.index("scf.for"):]
+
+
+def test_aot_sm90_w8a16_weight_is_register_a_operand():
+    """swap_ab on sm_90: the decoded weight feeds wgmma from registers (no shared-memory round trip)."""
+    ck = _compile("sm_90", "w8a16_gemm[row,bf16,swap_ab]")
+    dots = re.findall(r"ttng\.warp_group_dot %\S+, %\S+, %\S+(?:, %\S+)? \{[^}]*\} : (\S+)", ck.asm["ttgir"])
+    assert dots and all(d.startswith("tensor<") for d in dots), dots[:2]
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ck.asm["ptx"]
+
+
+def test_aot_sm90_mx_exponents_load_asynchronously():
+    ck = _compile("sm_90", "w8a16_gemm[mx32,bf16,swap_ab]")
+    copies = re.findall(r"async_copy_global_to_local [^\n]*", _loop(ck.asm["ttgir"]))
+    assert any("xi8" in c for c in copies), copies
+    assert not re.search(r"= tt\.load ", _loop(ck.asm["ttgir"]))
+
+
+def test_aot_fp8_mma_families():
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in _compile("sm_90", "w8a8_gemm[token_row]").asm["ptx"]
+    sm80 = _compile("sm_80", "w8a8_gemm[group_block]").asm["ptx"]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16" in sm80 and "e4m3" not in sm80
+    gcn = _compile("gfx1201", "w8a8_gemm[group_block]").asm["amdgcn"]
+    assert "v_wmma_f32_16x16x16_fp8_fp8" in gcn
+    assert int(re.search(r"ScratchSize:\s*(\d+)", gcn).group(1)) == 0

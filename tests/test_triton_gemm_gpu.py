@@ -1,0 +1,237 @@
+"""Triton prefill GEMMs on a GPU (marked gpu; run on the H200 by tools/gpu_suite.sh) against
+dispatch.reference.linear: every format, both families, sampled shapes with partial tiles, the config
+spaces of every target (sm_80's uint8 / software-decode variant forced on the H200), the candidates'
+run() with fused activation quantization, and CUDA-graph capture.
+
+Tolerances (relative to S = |x| @ |W|^T, the sum an indexing error is of the order of):
+  exact paths (bf16/fp16 MMA on exactly decoded operands, fp32 accumulation): |y - ref| <= 5e-5 S
+  fp8 MMA paths (sm_90 wgmma accumulates fp8 products with reduced internal precision, like cuBLAS
+  fast-accum): ||y - ref|| / ||ref|| <= 1e-2 and |y - ref| <= 2e-2 S.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import reference
+from dispatch.formats import Act, Format
+from dispatch.problem import Problem
+from dispatch.target import Target, detect
+
+pytestmark = pytest.mark.gpu
+
+W8A16_FORMATS = ["fp8_tensor", "fp8_row", "fp8_block", "mxfp8"]
+W8A8_FORMATS = ["fp8_tensor", "fp8_row", "fp8_block"]
+ARCHS = ("sm_80", "sm_89", "sm_90", "gfx1201")
+# (M, N, K): partial tiles in every dimension, K = 576 (real fp8_block case), one-row and large problems.
+SHAPES = [(1, 70, 300), (37, 576, 576), (300, 1000, 2880), (129, 4103, 1037), (1024, 4096, 4096)]
+
+
+def _weight(n, k, g):
+    w = torch.randn(n, k, device="cuda", generator=g)
+    w = w * torch.exp2(torch.randint(-6, 7, (n, 1), device="cuda", generator=g).float())
+    cols = torch.exp2(torch.randint(-4, 5, (1, (k + 31) // 32), device="cuda", generator=g).float())
+    return w * cols.repeat_interleave(32, 1)[:, :k]
+
+
+def _x(m, k, dtype, g):
+    x = torch.randn(m, k, device="cuda", generator=g) * torch.exp2(torch.randint(-3, 4, (m, 1), device="cuda",
+                                                                                   generator=g).float())
+    return x.to(dtype)
+
+
+def _check(y, x, qw, bias, fp8_mma: bool, what=""):
+    r = reference.linear(x, qw, bias, out_dtype=torch.float64)
+    s = reference.activation_values(x, qw).abs().double() @ dispatch.dequantize(qw).abs().double().T
+    if bias is not None:
+        s = s + bias.double().abs()
+    yd = y.double()
+    # One rounding of the output when it is not fp32.
+    out_round = 2.0 ** -7 * r.abs() if y.dtype != torch.float32 else torch.zeros_like(r)
+    err = (yd - r).abs()
+    if fp8_mma:
+        rel = float(torch.linalg.norm(yd - r) / torch.linalg.norm(r).clamp_min(1e-300))
+        assert rel <= 1e-2, f"{what}: relative Frobenius error {rel}"
+        bad = ~(err <= 2e-2 * s + out_round + 1e-30)
+    else:
+        bad = ~(err <= 5e-5 * s + out_round + 1e-30)
+    assert not bool(bad.any()), (f"{what}: {int(bad.sum())}/{bad.numel()} outside the bound; first at "
+                                 f"{[int(i) for i in bad.nonzero()[0]]}: {yd[bad][:3].tolist()} vs {r[bad][:3].tolist()}")
+
+
+def _launch():
+    from kernels_triton import _gemm_launch
+    return _gemm_launch
+
+
+def _configs16(arch, fmt, x_dtype):
+    from kernels_triton._gemm_config import w8a16_configs
+    from kernels_triton._gemm_layouts import W8A16_LAYOUT
+    return w8a16_configs(Target.simulated_for(arch), W8A16_LAYOUT[Format(fmt)], x_dtype == torch.float16)
+
+
+def _configs8(arch, fmt):
+    from kernels_triton._gemm_config import w8a8_configs
+    from kernels_triton._gemm_layouts import W8A8_LAYOUT
+    return w8a8_configs(Target.simulated_for(arch), W8A8_LAYOUT[Format(fmt)])
+
+
+def _device_arch() -> str:
+    return detect(torch.device("cuda")).arch
+
+
+@pytest.mark.parametrize("hw", [True, False], ids=["hw_fp8", "sm80_path"])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", W8A16_FORMATS)
+def test_w8a16_default_config_shapes(fmt, x_dtype, hw):
+    if hw and not detect(torch.device("cuda")).has_triton_fp8_dtype:
+        pytest.skip("no Triton fp8 type on this GPU")
+    arch = _device_arch() if hw else "sm_80"
+    cfg = _configs16(arch, fmt, x_dtype)[0]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for m, n, k in SHAPES:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="bf16")
+        x = _x(m, k, x_dtype, g)
+        bias = torch.randn(n, device="cuda", generator=g).to(x_dtype) if m % 2 else None
+        y = _launch().w8a16_gemm(x, qw, bias, torch.float32, cfg, hw_fp8=hw)
+        _check(y, x, qw, bias, fp8_mma=False, what=f"{fmt} {m}x{n}x{k} {cfg}")
+
+
+@pytest.mark.parametrize("hw", [True, False], ids=["hw_fp8", "sm80_path"])
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_w8a8_default_config_shapes(fmt, hw):
+    tgt = detect(torch.device("cuda"))
+    if hw and not tgt.has_triton_fp8_dtype:
+        pytest.skip("no Triton fp8 type on this GPU")
+    arch = tgt.arch if hw else "sm_80"
+    cfg = _configs8(arch, fmt)[0]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for m, n, k in SHAPES:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="fp8")
+        x = _x(m, k, torch.bfloat16, g)
+        bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+        xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
+        y = _launch().w8a8_gemm(xq, xs, qw, bias, torch.float32, cfg, hw_fp8=hw)
+        _check(y, x, qw, bias, fp8_mma=hw, what=f"{fmt} {m}x{n}x{k} {cfg}")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sampled_configs_of_every_target_run_on_this_gpu(arch):
+    """Each target's config space (two sampled configs + the default), with that target's fp8 path:
+    sm_80's uint8 + software decode runs on the H200 as well."""
+    hw = Target.simulated_for(arch).has_triton_fp8_dtype and detect(torch.device("cuda")).has_triton_fp8_dtype
+    rnd = random.Random(arch)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    m, n, k = 257, 1000, 1200
+    for fmt in W8A16_FORMATS:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="bf16")
+        x = _x(m, k, torch.bfloat16, g)
+        space = _configs16(arch, fmt, torch.bfloat16)
+        for cfg in [space[0]] + rnd.sample(space[1:], min(2, len(space) - 1)):
+            y = _launch().w8a16_gemm(x, qw, None, torch.bfloat16, cfg, hw_fp8=hw)
+            _check(y, x, qw, None, fp8_mma=False, what=f"{arch} {fmt} {cfg}")
+    for fmt in W8A8_FORMATS:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="fp8")
+        x = _x(m, k, torch.bfloat16, g)
+        xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
+        space = _configs8(arch, fmt)
+        for cfg in [space[0]] + rnd.sample(space[1:], min(2, len(space) - 1)):
+            y = _launch().w8a8_gemm(xq, xs, qw, None, torch.float32, cfg, hw_fp8=hw)
+            _check(y, x, qw, None, fp8_mma=hw, what=f"{arch} {fmt} {cfg}")
+
+
+def test_full_sm90_spaces_at_prefill_size():
+    """Every config of this GPU's spaces at M = N = K = 2048 (the configs autotune will time)."""
+    tgt = detect(torch.device("cuda"))
+    g = torch.Generator(device="cuda").manual_seed(3)
+    m = n = k = 2048
+    for fmt in W8A16_FORMATS:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="bf16")
+        x = _x(m, k, torch.bfloat16, g)
+        for cfg in _configs16(tgt.arch, fmt, torch.bfloat16):
+            y = _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=tgt.has_triton_fp8_dtype)
+            _check(y, x, qw, None, fp8_mma=False, what=f"{fmt} {cfg}")
+    for fmt in W8A8_FORMATS:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act="fp8")
+        x = _x(m, k, torch.bfloat16, g)
+        xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
+        for cfg in _configs8(tgt.arch, fmt):
+            y = _launch().w8a8_gemm(xq, xs, qw, None, torch.float32, cfg, hw_fp8=tgt.has_triton_fp8_dtype)
+            _check(y, x, qw, None, fp8_mma=tgt.has_fp8_mma and tgt.has_triton_fp8_dtype, what=f"{fmt} {cfg}")
+
+
+def _cands():
+    from kernels_triton.candidates import candidates
+    by_id = {c.id: c for c in candidates()}
+    return by_id["triton.w8a16_gemm"], by_id["triton.w8a8_gemm"]
+
+
+@pytest.mark.parametrize("fmt,act", [(f, "bf16") for f in W8A16_FORMATS] + [(f, "fp8") for f in W8A8_FORMATS])
+def test_candidate_run_with_fused_act_quant(fmt, act):
+    """Candidate.run: prepare() + default config + (for W8A8) the Triton act-quant kernels, at M = 4096."""
+    a16, a8 = _cands()
+    cand = a16 if act == "bf16" else a8
+    tgt = detect(torch.device("cuda"))
+    g = torch.Generator(device="cuda").manual_seed(4)
+    m, n, k = 4096, 4096, 4096
+    qw = dispatch.quantize(_weight(n, k, g), fmt, act=act)
+    x = _x(m, k, torch.bfloat16, g)
+    prob = Problem.of(x.shape, qw, x_dtype=x.dtype)
+    assert cand.supports(prob, tgt)
+    y = cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, cand.default_config(prob, tgt))
+    assert y.shape == (m, n) and y.dtype == torch.bfloat16
+    _check(y, x, qw, None, fp8_mma=(act == "fp8" and tgt.has_fp8_mma), what=f"{cand.id} {fmt}")
+
+
+def test_cuda_graph_capture_and_replay():
+    """No host sync or value-dependent branch: capture run() (act quant + GEMM) and replay on new inputs."""
+    a16, a8 = _cands()
+    tgt = detect(torch.device("cuda"))
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m, n, k = 512, 1536, 1024
+    for cand, fmt, act in [(a16, "mxfp8", "bf16"), (a16, "fp8_block", "bf16"), (a8, "fp8_block", "fp8"),
+                           (a8, "fp8_tensor", "fp8")]:
+        qw = dispatch.quantize(_weight(n, k, g), fmt, act=act)
+        x = _x(m, k, torch.bfloat16, g)
+        prob = Problem.of(x.shape, qw, x_dtype=x.dtype)
+        cfg = cand.default_config(prob, tgt)
+        prep = cand.prepare(qw)
+        cand.run(x, qw, prep, None, torch.bfloat16, cfg)  # compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = cand.run(x, qw, prep, None, torch.bfloat16, cfg)
+        x.copy_(_x(m, k, torch.bfloat16, g))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = cand.run(x, qw, prep, None, torch.bfloat16, cfg)
+        assert torch.equal(y, eager), f"{cand.id} {fmt}: graph replay differs from eager"
+
+
+def test_nan_activation_propagates():
+    a16, a8 = _cands()
+    tgt = detect(torch.device("cuda"))
+    g = torch.Generator(device="cuda").manual_seed(6)
+    for cand, fmt, act in [(a16, "fp8_row", "bf16"), (a16, "mxfp8", "bf16"), (a8, "fp8_block", "fp8")]:
+        qw = dispatch.quantize(_weight(300, 512, g), fmt, act=act)
+        x = _x(200, 512, torch.bfloat16, g)
+        x[7, 100] = float("nan")
+        prob = Problem.of(x.shape, qw, x_dtype=x.dtype)
+        y = cand.run(x, qw, cand.prepare(qw), None, torch.float32, cand.default_config(prob, tgt))
+        r = reference.linear(x, qw, None, out_dtype=torch.float32)
+        assert torch.equal(torch.isnan(y), torch.isnan(r)), f"{cand.id} {fmt}"
+        assert bool(torch.isnan(y[7]).all())
+
+
+def test_problem_act_and_fmt_tags_are_checked():
+    a16, a8 = _cands()
+    tgt = detect(torch.device("cuda"))
+    qw = dispatch.quantize(torch.randn(256, 256, device="cuda"), "fp8_row", act="bf16")
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    prob = Problem(Format.FP8_ROW, Act.FP8, 64, 256, 256)
+    with pytest.raises(dispatch.FormatError):
+        a8.run(x, qw, None, None, torch.bfloat16, a8.default_config(prob, tgt))
