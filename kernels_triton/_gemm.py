@@ -135,7 +135,7 @@ def _w8a16_gemm_kernel(
     M, N, K,
     stride_xm, stride_wn, stride_ym, stride_ws,
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
-    DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr,
+    DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
@@ -143,8 +143,13 @@ def _w8a16_gemm_kernel(
     ws: TENSOR [] / ROW [N] / BLOCK128 [cdiv(N,128), cdiv(K,128)] fp32, MX32 uint8 e8m0 [N, G] with
     G >= cdiv(K, BLOCK_K) * BLOCK_K / 32 (rows padded past cdiv(K, 32), see _gemm_launch.mx_scale_rows);
     stride_ws is its row stride (unused for TENSOR/ROW).
+    USE_TMA: x_ptr / w_ptr are host tensor descriptors ([BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K] blocks,
+    zero-filled out of bounds); otherwise plain pointers.
     """
-    DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    if USE_TMA:
+        DTYPE: tl.constexpr = x_ptr.dtype
+    else:
+        DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -152,8 +157,9 @@ def _w8a16_gemm_kernel(
     # Edge tiles re-read valid rows instead of masking (results of wrapped rows are never stored).
     rows_m = offs_m % M
     rows_n = offs_n % N
-    x_ptrs = x_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-    w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    if not USE_TMA:
+        x_ptrs = x_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+        w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
     if WSCALE == _W_MX32:
         ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
         offs_g = tl.arange(0, BLOCK_K // _MX)
@@ -166,9 +172,13 @@ def _w8a16_gemm_kernel(
 
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         k0 = kt * BLOCK_K
-        kmask = offs_k[None, :] < K - k0
-        x = tl.load(x_ptrs, mask=kmask, other=0.0)
-        codes = tl.load(w_ptrs, mask=kmask, other=0.0)
+        if USE_TMA:
+            x = x_ptr.load([pid_m * BLOCK_M, k0])
+            codes = w_ptr.load([pid_n * BLOCK_N, k0])
+        else:
+            kmask = offs_k[None, :] < K - k0
+            x = tl.load(x_ptrs, mask=kmask, other=0.0)
+            codes = tl.load(w_ptrs, mask=kmask, other=0.0)
         if WSCALE == _W_MX32 and MX_PRESCALE:
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16
             # unless it underflows: module docstring). The [BLOCK_N, BLOCK_K // 32] exponents are
@@ -191,8 +201,9 @@ def _w8a16_gemm_kernel(
             acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)
         else:
             acc = _mma(x, w, acc, SWAP_AB, DOT_F32)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+        if not USE_TMA:
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
 
     if WSCALE == _W_TENSOR:
         acc = acc * tl.load(ws_ptr)

@@ -62,7 +62,7 @@ class TritonW8A16Gemm(_GemmCandidate):
         return _common(problem, target, _W8A16_X, "bf16/fp16 only (an fp32 tensor-core dot would run as TF32)")
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16)
+        return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16, problem.k)
 
     def prepare(self, qw: QWeight) -> Any:
         if qw.format is Format.MXFP8:

@@ -40,9 +40,9 @@ class GemmConfig(KernelConfig):
     num_stages: int = 3
     # W8A16 only: compute y^T = W x^T so the decoded weight is the MMA's A operand (registers on sm_90).
     swap_ab: bool = False
-    # W8A8 only: load the fp8 tiles with TMA bulk copies (host tensor descriptors; sm_90). Used where the
-    # tensors allow it (16-byte aligned base and row stride, i.e. K % 16 == 0); otherwise the launcher
-    # runs the pointer path with the same tile (same results).
+    # Load the x and weight-code tiles with TMA bulk copies (host tensor descriptors; sm_90). Used where
+    # the tensors allow it (16-byte aligned bases and row strides: K % 16 == 0 for fp8 codes); otherwise
+    # the launcher runs the pointer path with the same tile (same results).
     tma: bool = False
 
     def __post_init__(self) -> None:
@@ -56,8 +56,6 @@ class GemmConfig(KernelConfig):
 
     def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
-        if self.tma:
-            return "tma is a W8A8 option (the W8A16 weight tile is decoded in registers, not copied to shared memory)"
         if wscale is WScale.BLOCK128 and 128 % self.block_k:
             return f"block128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
         if wscale is WScale.MX32:
@@ -146,8 +144,10 @@ def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None) -> list
     return _legal_unique(space, lambda c: c.legal_for_w8a8(scales))
 
 
-def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool) -> list[GemmConfig]:
-    """Autotune space for the W8A16 GEMM on `target`; the first entry is the default."""
+def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = None) -> list[GemmConfig]:
+    """Autotune space for the W8A16 GEMM on `target`; the first entry is the default. On TMA targets
+    with 16-byte aligned rows (k % 16 == 0 or unknown) TMA twins of the first tiles are added after
+    the pointer default (the pointer path is the one whose structure the AOT tests pin)."""
     if fp16_x and wscale is WScale.MX32:
         # 2^e is applied to 32-deep partial products (see legal_for_w8a16).
         space = [GemmConfig(64, 64, 32, 8, 4, 2)] if target.is_rocm else []
@@ -195,4 +195,6 @@ def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool) -> list[GemmConf
             GemmConfig(128, 64, 64, 8, 4, 3),
             GemmConfig(64, 64, 64, 8, 4, 3),
         ]
+    if target.has_wgmma and (k is None or k % 16 == 0):
+        space = space[:1] + [dataclasses.replace(c, tma=True) for c in space[:3]] + space[1:]
     return _legal_unique(space, lambda c: c.legal_for_w8a16(wscale, fp16_x))

@@ -56,16 +56,23 @@ def _supported(target: Target) -> bool:
 def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> GemmIsaVariant:
     from ._gemm import _w8a16_gemm_kernel
     hw = target.has_triton_fp8_dtype
-    sig = {"x_ptr": _TL_DTYPE[x], "w_ptr": "*fp8e4nv" if hw else "*u8",
+    code = "fp8e4nv" if hw else "u8"
+    if cfg.tma:
+        xsig = f"tensordesc<{x}[{cfg.block_m}, {cfg.block_k}]>"
+        wsig = f"tensordesc<{code}[{cfg.block_n}, {cfg.block_k}]>"
+    else:
+        xsig, wsig = _TL_DTYPE[x], "*" + code
+    sig = {"x_ptr": xsig, "w_ptr": wsig,
            "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": _TL_DTYPE[x], "y_ptr": _TL_DTYPE[x],
            "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32",
            "stride_ws": "i32"}
     cx = {"WSCALE": int(wscale), "MX_PRESCALE": wscale is WScale.MX32 and x == "bf16", "HAS_BIAS": False,
-          "HW_FP8": hw, "DOT_F32": False, "SWAP_AB": cfg.swap_ab, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+          "HW_FP8": hw, "DOT_F32": False, "SWAP_AB": cfg.swap_ab, "USE_TMA": cfg.tma, "BLOCK_M": cfg.block_m,
+          "BLOCK_N": cfg.block_n,
           "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
     for k in cx:
         sig[k] = "constexpr"
-    name = f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}]"
+    name = f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}]"
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.
     ints = ["K", "stride_xm", "stride_wn", "stride_ym"] + (["stride_ws"] if wscale is WScale.MX32 else [])
     return GemmIsaVariant(name, target.arch, _w8a16_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
@@ -103,7 +110,8 @@ def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[GemmIsaVar
         for ws in WScale:
             for x in ("bf16", "fp16") if ws is WScale.MX32 else ("bf16",):
                 space = w8a16_configs(t, ws, x == "fp16")
-                picks = [space[0]] + [c for c in space[1:] if c.swap_ab != space[0].swap_ab][:1]
+                picks = ([space[0]] + [c for c in space[1:] if c.swap_ab != space[0].swap_ab][:1]
+                         + [c for c in space[1:] if c.tma][:1])
                 out.extend(_w8a16_variant(t, ws, x, c) for c in picks)
         for sc in A8Scales:
             space = w8a8_configs(t, sc)

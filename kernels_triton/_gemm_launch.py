@@ -89,6 +89,16 @@ def _tma_target(device: torch.device) -> bool:
     return detect(device).has_wgmma  # TMA arrived with sm_90, as wgmma did
 
 
+def _operands(x: torch.Tensor, w: torch.Tensor, cfg: GemmConfig):
+    """(x operand, weight operand, use_tma): host TMA descriptors when the config asks for TMA and the
+    tensors allow it; plain tensors otherwise. Decided by device, alignment and strides, never values."""
+    if cfg.tma and _tma_target(x.device) and _tma_ok(x) and _tma_ok(w):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        return (TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k]),
+                TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]), True)
+    return x, w, False
+
+
 def _grid(m: int, n: int, cfg: GemmConfig) -> tuple[int]:
     return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
 
@@ -113,12 +123,13 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     dot_f32 = x.device.type == "cpu" if dot_f32 is None else dot_f32
     y = torch.empty((m, n), dtype=out_dtype, device=x.device)
     ws, stride_ws = _weight_scale_args(qw)
+    xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
     _w8a16_gemm_kernel[_grid(m, n, config)](
-        x, codes_view(qw.qdata, hw_fp8), ws, bias if bias is not None else y, y,
+        xa, wa, ws, bias if bias is not None else y, y,
         m, n, k,
         x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
         WSCALE=int(wscale), MX_PRESCALE=(wscale is WScale.MX32 and not fp16_x), HAS_BIAS=bias is not None,
-        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab,
+        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -170,15 +181,7 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     xs_t, stride_xs = _act_scale_args(scales, xs, m, k)
     ws, stride_ws = _weight_scale_args(qw)
     y = torch.empty((m, n), dtype=out_dtype, device=xq.device)
-    xc, wc = codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8)
-    # Shape/alignment decide (never values): the same tile runs on the pointer path otherwise.
-    use_tma = config.tma and _tma_target(xq.device) and _tma_ok(xc) and _tma_ok(wc)
-    if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        xa = TensorDescriptor.from_tensor(xc, [config.block_m, config.block_k])
-        wa = TensorDescriptor.from_tensor(wc, [config.block_n, config.block_k])
-    else:
-        xa, wa = xc, wc
+    xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8), config)
     _w8a8_gemm_kernel[_grid(m, n, config)](
         xa, xs_t, wa, ws, bias if bias is not None else y, y,
         m, n, k,

@@ -79,14 +79,17 @@ _NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
 @pytest.mark.parametrize("fmt", W8A16_FORMATS)
 @pytest.mark.parametrize("block_k", [32, 64, 128])
-@pytest.mark.parametrize("swap", [False, True])
-def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap):
-    """Fixed partial shape crossing 128-blocks along N and K (N = 150, K = 300) and a K tile holding
-    1, 2 or 4 mx groups: every layout's scale indexing, deterministically."""
+@pytest.mark.parametrize("swap,tma", [(False, False), (True, False), (True, True)])
+def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap, tma):
+    """Fixed partial shape crossing 128-blocks along N and K (N = 150, K = 300, or 304 with TMA: 16-byte
+    aligned rows, so the descriptor path really runs) and a K tile holding 1, 2 or 4 mx groups: every
+    layout's scale indexing, deterministically."""
     g = torch.Generator().manual_seed(block_k + 7 * swap)
-    qw = dispatch.quantize(_weight(150, 300, g), fmt, act="bf16")
-    x = _x(37, 300, torch.bfloat16, g)
-    cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, swap_ab=swap)
+    k = 304 if tma else 300
+    qw = dispatch.quantize(_weight(150, k, g), fmt, act="bf16")
+    x = _x(37, k, torch.bfloat16, g)
+    cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, swap_ab=swap,
+               tma=tma)
     y = _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
     _close(y, x, qw, None, torch.float32)
 
@@ -225,7 +228,5 @@ def test_typed_errors():
         L.w8a8_gemm(xq, xs[:, :1], qa, None, torch.float32, _cfg(block_k=64), hw_fp8=False, dot_f32=True)
     with pytest.raises(UnsupportedError, match="swap_ab"):
         L.w8a8_gemm(xq, xs, qa, None, torch.float32, _cfg(block_k=64, swap_ab=True), hw_fp8=False, dot_f32=True)
-    with pytest.raises(UnsupportedError, match="tma is a W8A8 option"):
-        L.w8a16_gemm(x, qb, None, torch.float32, _cfg(block_k=64, tma=True), hw_fp8=False, dot_f32=True)
     with pytest.raises(UnsupportedError, match="no W8A8 GEMM"):
         L.w8a8_gemm(xq, xs, qm, None, torch.float32, _cfg(block_k=64), hw_fp8=False, dot_f32=True)

@@ -226,12 +226,10 @@ class Bench:
         print(f"[bench] ceilings: {self.ceilings.to_dict()}", flush=True)
 
     def run_main(self, shapes: list, pairs: list, ms: list[int]) -> None:
-        from dispatch import reference
-        from dispatch.problem import Problem
         from dispatch.weight_quant import quantize
-        from tools.perf.routes import RouteCtx, candidate_route, gemlite_route, standard_routes
+        from tools.perf.timing import DeviceLost
         from tools.perf.tuner import _matches
-        from tools.perf.workload import bf16_copies, build_weight_set, make_activation, make_weight
+        from tools.perf.workload import bf16_copies, build_weight_set, make_weight
 
         torch = self.torch
         skip = [s for s in self.args.skip.split(",") if s]
@@ -243,6 +241,7 @@ class Bench:
             n, k = shape.n, shape.k
             w = make_weight(n, k, self.device)
             wcopies: list = []
+            xs: dict[int, tuple] = {}  # M -> (x, fp32 product with the unquantized weight), shared by formats
 
             def w_bf16() -> list:
                 if not wcopies:
@@ -250,6 +249,9 @@ class Bench:
                 return wcopies
 
             for fmt, act in pairs:
+                if self.out_of_time():
+                    self.results["errors"].append(f"budget spent before {fmt}/{act} {n}x{k}")
+                    break
                 t0 = time.perf_counter()
                 try:
                     ws = build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
@@ -260,39 +262,57 @@ class Bench:
                 cands = [] if self.args.no_candidates else [
                     c for c in self.registry.candidates() if (fmt, act) in c.serves and not _matches(skip, c)]
                 for m in ms:
-                    problem = Problem(fmt, act, m, n, k, torch.bfloat16, torch.bfloat16, False)
-                    x = make_activation(m, k, self.device)
-                    ref = reference.linear(x, ws.qw, None, torch.float32)
-                    acc = torch.float64 if self.cuda else torch.float32
-                    true = (x.to(acc) @ w.to(acc).T).float()
-                    ctx = RouteCtx(fmt, act, x, ws, w_bf16)
-                    routes = standard_routes(fmt, act)
-                    unsupported = []
-                    for c in cands:
-                        try:
-                            av = c.available()
-                            sup = c.supports(problem, self.target) if av else av
-                            if not sup:
-                                unsupported.append({"route": c.id, "status": "unsupported", "error": sup.reason})
-                                continue
-                            cfg, src = self.config_for(c, problem)
-                        except Exception as e:
-                            unsupported.append({"route": c.id, "status": "error", "error": _short(e)})
-                            continue
-                        routes.append(candidate_route(c, cfg, src))
-                    g = gemlite_route(fmt, act)
-                    if g is not None:
-                        routes.append(g)
-                    rows = [self.measure(r, ctx, ref, true, problem) for r in routes] + unsupported
-                    dec = self.decision(x, ws.qw)
-                    self.results["main"].append({"format": fmt.value, "act": act.value, "n": n, "k": k, "m": m,
-                                                 "shape_name": shape.name, "decision": dec, "rows": rows})
-                    del x, ref, true
+                    try:
+                        self._main_problem(shape, fmt, act, m, w, ws, w_bf16, xs, cands)
+                    except DeviceLost:
+                        raise
+                    except Exception as e:  # e.g. out of memory for this M: record, keep going
+                        self._device_lost(e)
+                        self.results["errors"].append(f"{fmt}/{act} {n}x{k} M={m}: {_short(e)}")
                 print(f"[bench] {fmt}/{act} {n}x{k}: {len(ms)} M values, {time.perf_counter() - t0:.1f}s", flush=True)
                 del ws
                 self.save()
             if self.cuda:
                 torch.cuda.empty_cache()
+
+    def _main_problem(self, shape: Any, fmt: Any, act: Any, m: int, w: Any, ws: Any, w_bf16: Any,
+                      xs: dict, cands: list) -> None:
+        from dispatch import reference
+        from dispatch.problem import Problem
+        from tools.perf.routes import RouteCtx, candidate_route, gemlite_route, standard_routes
+        from tools.perf.workload import make_activation
+
+        torch = self.torch
+        n, k = shape.n, shape.k
+        problem = Problem(fmt, act, m, n, k, torch.bfloat16, torch.bfloat16, False)
+        if m not in xs:
+            x = make_activation(m, k, self.device)
+            acc = torch.float64 if self.cuda else torch.float32
+            xs[m] = (x, (x.to(acc) @ w.to(acc).T).float())
+        x, true = xs[m]
+        ref = reference.linear(x, ws.qw, None, torch.float32)
+        ctx = RouteCtx(fmt, act, x, ws, w_bf16)
+        routes = standard_routes(fmt, act)
+        unsupported = []
+        for c in cands:
+            try:
+                av = c.available()
+                sup = c.supports(problem, self.target) if av else av
+                if not sup:
+                    unsupported.append({"route": c.id, "group": "backend", "status": "unsupported",
+                                        "error": sup.reason})
+                    continue
+                cfg, src = self.config_for(c, problem)
+            except Exception as e:
+                unsupported.append({"route": c.id, "group": "backend", "status": "error", "error": _short(e)})
+                continue
+            routes.append(candidate_route(c, cfg, src))
+        g = gemlite_route(fmt, act)
+        if g is not None:
+            routes.append(g)
+        rows = [self.measure(r, ctx, ref, true, problem) for r in routes] + unsupported
+        self.results["main"].append({"format": fmt.value, "act": act.value, "n": n, "k": k, "m": m,
+                                     "shape_name": shape.name, "decision": self.decision(x, ws.qw), "rows": rows})
 
     def decision(self, x: Any, qw: Any) -> dict[str, Any]:
         try:

@@ -147,6 +147,7 @@ class CudaTimer:
         import torch
 
         self.torch = torch
+        self._side = None
 
     def _eager(self, call: Call, ncopies: int, iters: int) -> float:
         torch = self.torch
@@ -168,20 +169,29 @@ class CudaTimer:
         eager_us = self._eager(call, ncopies, max(policy.eager_iters, 1))
         calls = policy.calls_for(ncopies, eager_us)
 
-        # Warm on a side stream first: cuBLAS and friends create per-stream state that must not be
-        # created during capture (PyTorch's documented recipe).
-        side = torch.cuda.Stream()
+        # Warm on the capture stream first: cuBLAS and friends create per-stream state (handles,
+        # workspaces) that must not be created during capture (PyTorch's documented recipe). One stream
+        # for the timer's life: a new stream per timing would leave a cuBLAS workspace behind each time.
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        side = self._side
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for i in range(min(ncopies, 2)):
                 call(i)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
+        # capture_begin/end directly instead of `torch.cuda.graph(...)`, whose enter runs gc.collect() and
+        # empty_cache() on every capture (tens of ms each, hundreds of captures per tuning run).
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                for j in range(calls):
-                    call(j % ncopies)
+            with torch.cuda.stream(side):
+                graph.capture_begin()
+                try:
+                    for j in range(calls):
+                        call(j % ncopies)
+                finally:
+                    graph.capture_end()
         except Exception as e:
             del graph
             why = check_device(torch)
@@ -189,6 +199,7 @@ class CudaTimer:
                 raise DeviceLost(f"device lost during graph capture ({type(e).__name__}: {e}); check: {why}") from e
             return Timing(None, eager_us, (), "eager", ncopies, calls,
                           f"graph capture failed, eager time only: {type(e).__name__}: {str(e)[:200]}")
+        torch.cuda.current_stream().wait_stream(side)
         try:
             graph.replay()
             torch.cuda.synchronize()
@@ -258,12 +269,16 @@ def measure_ceilings(timer: Timer, device: Any = "cuda", *, copy_bytes: int = 1 
         except Exception as e:
             errors.append(f"{name}: {type(e).__name__}: {str(e)[:200]}")
         finally:
-            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     def copy_call() -> Call:
-        src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+        # An SM copy kernel (elementwise negation of fp32), not dst.copy_(src): a same-dtype copy_ is a
+        # cudaMemcpy, which a CUDA graph turns into a copy-engine node that measured only ~2.76 TB/s on the
+        # H200 (2026-11-29), against ~4.3 TB/s for kernels; the decode kernels compete with the kernel rate.
+        src = torch.zeros(copy_bytes // 4, dtype=torch.float32, device=device)
         dst = torch.empty_like(src)
-        return lambda i: dst.copy_(src)
+        return lambda i: torch.neg(src, out=dst)
 
     def mm_call() -> Call:
         a = torch.randn(mm, mm, device=device, dtype=torch.bfloat16)

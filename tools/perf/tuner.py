@@ -350,7 +350,14 @@ class Tuner:
                         if self.deadline is not None and time.time() > self.deadline:
                             yield ProblemResult(p, [], None, {}, skipped="time budget spent (rerun to resume)")
                             continue
-                        yield self.tune(p)
+                        try:
+                            yield self.tune(p)
+                        except DeviceLost:
+                            raise
+                        except Exception as e:  # e.g. out of memory building this shape: skip it, keep going
+                            self._device_lost(e)
+                            self.work.release()
+                            yield ProblemResult(p, [], None, {}, skipped=f"error: {_short(e)}")
         finally:
             self.work.release()
 
