@@ -238,10 +238,14 @@ def dequantize_to(qw: QWeight, dtype: torch.dtype) -> torch.Tensor:
 
 
 class DequantMM(Candidate):
-    """W8A16 at large M: dequantize the weight to the activation dtype (chunked), then one cuBLAS/hipBLAS GEMM.
+    """W8A16 at large M: dequantize the weight to the activation dtype (chunked), then one cuBLAS/hipBLAS GEMM
+    with fp32 output (fp32 accumulation: cuBLAS's bf16-output split-K reduces in reduced precision, which the
+    H200 autotune recorded as wrong at M=16 on 28672x4096).
 
-    The weight copy costs ~5 bytes per weight element of traffic per call, so this wins only where the
-    GEMM is compute-bound (prefill); the heuristic prior carries that cost.
+    fp8_tensor / fp8_row: only the codes are converted (exact in bf16/fp16) and the fp32 scale is applied to
+    the fp32 output, so the weights are exact. mxfp8: code * 2^e is exact in bf16 (barring underflow below
+    2^-133). fp8_block: the block scales vary along K and are folded into the weight (one bf16 rounding).
+    The weight copy costs ~5 bytes per weight element per call, so this is a prefill route (M >= 64).
     """
 
     id: ClassVar[str] = "torch.dequant_mm"
@@ -252,14 +256,31 @@ class DequantMM(Candidate):
     def supports(self, problem: Problem, target: Target) -> Support:
         if target.is_cpu:
             return Support.no("on the CPU the reference path is the W8A16 route (fp32 math)")
-        if problem.x_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            return Support.no(f"x dtype {problem.x_dtype} is not bf16/fp16/fp32")
+        if problem.x_dtype not in (torch.bfloat16, torch.float16):
+            return Support.no(f"x dtype {problem.x_dtype} is not bf16/fp16")
+        if problem.m < 64:
+            return Support.no(f"a prefill route: it converts the whole weight every call (M={problem.m} < 64)")
+        if not target.is_cuda:
+            return Support.no("needs torch.mm(..., out_dtype=float32), a CUDA (cuBLAS) feature of torch")
         return _out_ok(problem)
 
     def run(self, x2d, qw, prepared, bias, out_dtype, config):
-        w = dequantize_to(qw, x2d.dtype)
-        y = torch.nn.functional.linear(x2d, w, None if bias is None else bias.to(x2d.dtype))
-        return y if y.dtype == out_dtype else y.to(out_dtype)
+        fmt = qw.format
+        if fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
+            w = qw.qdata.to(x2d.dtype)  # exact: e4m3 values fit bf16 and fp16
+        else:
+            w = dequantize_to(qw, x2d.dtype)
+        if x2d.is_cuda:
+            y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
+        else:  # CPU tensors only in tests of this route's math (aten::mm.dtype is CUDA-only)
+            y = x2d.float() @ w.float().t()
+        if fmt is Format.FP8_TENSOR:
+            y.mul_(qw.scale)
+        elif fmt is Format.FP8_ROW:
+            y.mul_(qw.scale[None, :])
+        if bias is not None:
+            y.add_(bias.float())
+        return y.to(out_dtype)
 
 
 class Reference(Candidate):

@@ -285,11 +285,23 @@ def test_dispatch_modules_use_quantize_model_include_exclude():
 @pytest.mark.gpu
 @needs_transformers
 def test_gpu_kernel_path_matches_reference_on_tiny_llama():
-    """The dispatched kernels vs dispatch.reference on a tiny bf16 Llama, every variant (GPU only)."""
-    model = _tiny_llama("cuda", torch.bfloat16, hidden=256, inter=704, vocab=4096)
+    """Smoke test of the dispatched kernels inside a model (GPU only): every variant, lm_head in and out.
+
+    A random tiny Llama in bf16 amplifies legitimate rounding differences (measured on CPU: a W8A16 path with
+    bf16-rounded dequantized weights, like torch.dequant_mm, moves its mean NLL by up to 0.009 from the
+    reference, while outputs off by 5% move it by >= 0.04). So the bound here is 0.02, catching gross kernel
+    errors; the 0.002 criterion applies to the real model (tools/accuracy.py --check-kernels)."""
+    torch.manual_seed(0)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      initializer_range=0.05, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval().to("cuda", torch.bfloat16)
     setup = _setup(model, "cuda", n_tokens=256, window=128)
-    res, status = acc.check_mode(setup, acc.VARIANTS, [False, True], print)
-    assert status == 0, json.dumps(res, indent=1)
+    res, status = acc.check_mode(setup, acc.VARIANTS, [False, True], print, tolerance=0.02)
+    assert status == 0, json.dumps(res, indent=1, default=str)
+    assert any(set(r["kernels"]) - {acc.REFERENCE_CANDIDATE} for r in res), "no kernel was selected at all"
 
 
 # --- Export: exact dequantization and layout --------------------------------------------------------------------
