@@ -25,9 +25,12 @@ from . import compiler
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
 from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 
-# Per-tensor activation quantization runs in ONE launch (one CTA) up to this many elements: at decode sizes
-# that is cheaper than two launches; above it one SM reading x twice would cost more than a second launch.
-SINGLE_CTA_ACT_QUANT_MAX = 1 << 16
+# Per-tensor activation quantization runs in ONE launch up to this many elements: a few CTAs that each read
+# all of x (16-byte loads from L2) to compute the same amax, then quantize a share each. Above it the
+# redundant reads would cost more than the second launch of the two-pass path.
+PER_TENSOR_ONE_LAUNCH_MAX = 1 << 16
+# Elements each CTA of the one-launch path quantizes (at most): 64K elements -> 8 CTAs.
+PER_TENSOR_ELEMS_PER_CTA = 8192
 
 
 @functools.lru_cache(maxsize=1)
@@ -174,8 +177,9 @@ def act_quant_plan(m: int, k: int, granularity: ActGranularity | str) -> list[tu
         items = m * math.ceil(k / 128)
         return [("fp8d_act_quant_group", (math.ceil(items / 8), 1, 1), (256, 1, 1))] if items else []
     numel = m * k
-    if numel <= SINGLE_CTA_ACT_QUANT_MAX:
-        return [("fp8d_act_quant_tensor_single", (1, 1, 1), (1024, 1, 1))]
+    if numel <= PER_TENSOR_ONE_LAUNCH_MAX:
+        ctas = max(1, math.ceil(numel / PER_TENSOR_ELEMS_PER_CTA))
+        return [("fp8d_act_quant_tensor_redundant", (ctas, 1, 1), (1024, 1, 1))]
     nparts = min(1024, math.ceil(numel / (256 * 16)))
     return [("fp8d_act_amax_partial", (nparts, 1, 1), (256, 1, 1)),
             ("fp8d_act_quant_tensor_apply", (min(4096, math.ceil(numel / 1024)), 1, 1), (256, 1, 1))]
@@ -209,7 +213,7 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
             args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(k))
         elif entry == "fp8d_act_quant_group":
             args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(m), np.int32(k))
-        elif entry == "fp8d_act_quant_tensor_single":
+        elif entry in ("fp8d_act_quant_tensor_single", "fp8d_act_quant_tensor_redundant"):
             args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int64(m * k))
         elif entry == "fp8d_act_amax_partial":
             args = (_ptr(x2d), xk, _ptr(partial), np.int64(m * k))

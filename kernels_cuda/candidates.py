@@ -4,7 +4,7 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
 
   cuda.w8a16_gemv     decode W8A16, every weight scale layout, 1 <= M <= 32
   cuda.w8a8_gemv      decode W8A8 (fused activation quantization + fp8 GEMV), 1 <= M <= 32
-  cuda.dequant_cublas weight dequantization kernel (fp8 -> bf16/fp16) then cuBLAS, W8A16 at any M
+  cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then cuBLAS (fp32 output), W8A16, M >= 256
 """
 
 from __future__ import annotations
@@ -126,10 +126,22 @@ class CudaW8A8Gemv(_CudaCandidate):
         return _launch.w8a8_gemv(x2d, qw, bias, out_dtype, config)
 
 
+# The dequantize-then-cuBLAS route is for prefill: at decode M its two launches and 3 extra bytes of weight
+# traffic per element lose to the GEMVs (25 us at M = 1..16 on the H200, run 3).
+DEQUANT_CUBLAS_MIN_M = 256
+
+
 class CudaDequantCublas(_CudaCandidate):
-    """Dequantize the weight to the activation dtype with the dequant kernel, then one cuBLAS GEMM.
-    Costs 3 bytes of traffic per weight element on top of the GEMM: for large M, where the GEMM dominates.
-    The bf16 weight rounds once (dispatch.dequantize(qw).to(bf16), bit-identical); accumulation is cuBLAS's."""
+    """Weight to the activation dtype, then ONE cuBLAS GEMM with an fp32 output (torch.mm(..., out_dtype=
+    torch.float32): fp32 accumulation and fp32 split-K reduction), then the scale in fp32:
+      fp8_tensor / fp8_row: only the codes go to bf16/fp16 (exact); the per-tensor / per-row scale multiplies
+        the fp32 output per row of N, so the result is the W8A16 semantics up to fp32 summation order
+        (run 3 folded the scale into a bf16 weight and accumulated in bf16 output: 2.3e-3 relative error,
+        recorded wrong);
+      mxfp8: 2^e * code is exact in bf16, so the dequant kernel's weight is exact;
+      fp8_block: the 128x128 scales fold into the weight (one bf16 rounding per element; the scale varies
+        along K so it cannot move to the output), fp32 accumulation.
+    Costs 3 bytes of traffic per weight element on top of the GEMM: for large M, where the GEMM dominates."""
 
     id = "cuda.dequant_cublas"
     serves = frozenset((f, Act.BF16) for f in Format)
@@ -140,11 +152,16 @@ class CudaDequantCublas(_CudaCandidate):
         t = target_support(target)
         if not t:
             return t
+        if problem.m < DEQUANT_CUBLAS_MIN_M:
+            return Support.no(f"M = {problem.m} < {DEQUANT_CUBLAS_MIN_M}: dequantize-then-cuBLAS is a prefill "
+                              "route; the GEMV candidates serve decode")
         if problem.x_dtype not in _HALF:
             return Support.no(f"activations of dtype {problem.x_dtype}: cuBLAS half GEMM takes bf16 or fp16")
         if problem.out_dtype not in _OUT:
             return Support.no(f"output dtype {problem.out_dtype} is not bf16, fp16 or fp32")
-        return Support.yes("dequantize per call, then cuBLAS")
+        if problem.fmt is Format.MXFP8 and problem.x_dtype == torch.float16:
+            return Support.no("mxfp8 with fp16 activations: 2^e-scaled weights leave fp16's range")
+        return Support.yes("dequantize per call, then cuBLAS with fp32 output")
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return [DequantConfig(256), DequantConfig(128)]
@@ -155,9 +172,15 @@ class CudaDequantCublas(_CudaCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
-        w = _launch.dequantize(qw, x2d.dtype, config)
-        b = None if bias is None else bias.to(x2d.dtype)
-        y = torch.nn.functional.linear(x2d, w, b)
+        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
+            w = qw.qdata.to(x2d.dtype)  # e4m3 codes are exact in bf16 and fp16
+        else:
+            w = _launch.dequantize(qw, x2d.dtype, config)
+        y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
+        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
+            y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row
+        if bias is not None:
+            y.add_(bias.to(torch.float32))
         return y if y.dtype == out_dtype else y.to(out_dtype)
 
 

@@ -39,8 +39,11 @@ Scale application (where each layout's scale enters, and why that is exact or fp
   W8A8 TENSOR_TENSOR epilogue: acc * s_x * s_w.
   W8A8 TOKEN_ROW     epilogue: acc * s_x[m] * s_w[n].
   W8A8 GROUP_BLOCK   DeepSeek-V3: acc += dot(qx_g, q_g) * s_x[m, g] * s_w[n // 128, g] per K tile.
-On sm_90 the fp8 MMA of TENSOR_TENSOR / TOKEN_ROW accumulates with Triton's default for fp8 wgmma
-(no intermediate fp32 promotion, like cuBLAS fast-accum); GROUP_BLOCK promotes per K tile by construction.
+fp32 accumulation of fp8 products: on sm_90 fp8 wgmma accumulates in reduced precision and Triton's
+default never promotes (cuBLAS fast-accum numerics: measured wrong on the H200 at K = 14336, M = 16,
+and at M = 4096). TENSOR_TENSOR / TOKEN_ROW therefore pass max_num_imprecise_acc = BLOCK_K (promotion
+into the fp32 accumulator once per K tile, the interval DeepSeek-V3 uses); GROUP_BLOCK promotes per K
+tile by construction (a fresh partial product per tile).
 """
 
 from __future__ import annotations
@@ -89,8 +92,12 @@ def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _mma(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
-    """acc + a @ w^T ([BM, BN]), or acc + w @ a^T ([BN, BM]) with SWAP_AB. a: [BM, BK], w: [BN, BK]."""
+def _mma(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr, PROMOTE_K: tl.constexpr = None):
+    """acc + a @ w^T ([BM, BN]), or acc + w @ a^T ([BN, BM]) with SWAP_AB. a: [BM, BK], w: [BN, BK].
+
+    PROMOTE_K (fp8 x fp8 only): at most this many products are summed in the tensor core's reduced-
+    precision accumulator before being added to the fp32 `acc` (Triton's max_num_imprecise_acc; its sm_90
+    default is 2**30, i.e. never, which is cuBLAS fast-accum numerics and measurably wrong at large K)."""
     if DOT_F32:  # CPU interpreter only (see module docstring)
         a = a.to(tl.float32)
         w = w.to(tl.float32)
@@ -98,6 +105,8 @@ def _mma(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr):
             r = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
         else:
             r = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+    elif PROMOTE_K is not None:
+        r = tl.dot(a, tl.trans(w), acc, max_num_imprecise_acc=PROMOTE_K)
     else:
         if SWAP_AB:
             r = tl.dot(w, tl.trans(a), acc)
@@ -264,6 +273,11 @@ def _w8a8_gemm_kernel(
             sx = tl.load(xs_row + k0 // _BLOCK)
             sw = tl.load(ws_row + k0 // _BLOCK)
             acc += _mma(a, b, None, False, DOT_F32) * (sx[:, None] * sw[None, :])
+        elif HW_FP8:
+            # fp8 x fp8 products promoted into the fp32 accumulator once per K tile (the semantics are
+            # fp32 accumulation; on sm_90 Triton's default never promotes, which lost ~4% on single
+            # outputs at K = 14336 on the H200). Same promotion interval as GROUP_BLOCK.
+            acc = _mma(a, b, acc, False, DOT_F32, BLOCK_K)
         else:
             acc = _mma(a, b, acc, False, DOT_F32)
         if not USE_TMA:

@@ -58,6 +58,14 @@ class GemmConfig(KernelConfig):
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
         if wscale is WScale.BLOCK128 and 128 % self.block_k:
             return f"block128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
+        per_tile_scale = wscale is WScale.BLOCK128 or (wscale is WScale.MX32 and fp16_x)
+        if self.swap_ab and per_tile_scale:
+            # H200 (triton 3.6): BLOCK128 with swap_ab (256x128x64, pointer loads) returned a result with
+            # relative error 0.99 at M = 257 while the same tile without a per-tile scale (ROW) was right.
+            # The scaled fresh partial product of a register-A wgmma is the suspect; until a GPU test
+            # pins it down, every config of that shape is rejected rather than risked.
+            return ("swap_ab with a per-K-tile scaled partial product (block128, or mxfp8 with fp16 x) "
+                    "gave wrong results on sm_90 (triton 3.6); use swap_ab=False")
         if wscale is WScale.MX32:
             if fp16_x and self.block_k != 32:
                 return ("mxfp8 with fp16 activations applies 2^e to 32-deep partial products "

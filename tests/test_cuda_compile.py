@@ -223,6 +223,9 @@ def test_support_rules_with_reasons():
     pb = Problem(Format.FP8_BLOCK, Act.FP8, 16, 4096, 4096)
     assert w8.supports(pb, sm90) and "bf16" in w8.supports(pb, sm80).reason
     assert dq.supports(Problem(Format.MXFP8, Act.BF16, 4096, 4096, 4096), sm90)
+    assert dq.supports(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 4096), sm90)
+    no = dq.supports(Problem(Format.FP8_ROW, Act.BF16, 16, 4096, 4096), sm90)
+    assert not no and "prefill" in no.reason
     assert (Format.MXFP8, Act.FP8) not in w8.serves
 
 
@@ -383,6 +386,23 @@ def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.n
             for i0 in range(0, numel, 4 * nt):
                 for j in range(4):
                     idx = i0 + 4 * tid + j
+                    np.add.at(codes, idx[idx < numel], 1)
+        elif entry == "fp8d_act_quant_tensor_redundant":
+            # Every CTA runs the same amax loop over ALL of x (indices independent of blockIdx): model it
+            # once (it is the same in every CTA) with the 16-byte path for bf16 x (8 elements a load) plus the scalar tail.
+            nvec = numel // 8
+            for i0 in range(0, nvec, nt):
+                v = i0 + tid
+                v = v[v < nvec]
+                for j in range(8):
+                    np.add.at(amax_reads, 8 * v + j, 1)
+            for i0 in range(8 * nvec, numel, nt):
+                idx = i0 + tid
+                np.add.at(amax_reads, idx[idx < numel], 1)
+            scales[0] += 1  # block 0 writes it
+            for i0 in range(0, numel, 4 * nb * nt):
+                for j in range(4):
+                    idx = i0 + 4 * np.arange(nb * nt) + j
                     np.add.at(codes, idx[idx < numel], 1)
         elif entry == "fp8d_act_amax_partial":
             for i0 in range(0, numel, nb * nt):

@@ -179,13 +179,38 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 @pytest.mark.parametrize("g", list(ActGranularity))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_act_quant_bit_identical(launch, g, dtype, arch):
-    for m, k in [(1, 1), (1, 7), (3, 128), (6, 129), (8, 576), (17, 4096), (32, 1040), (32, 16384), (64, 8192)]:
+    for m, k in [(1, 1), (1, 7), (3, 128), (6, 129), (8, 576), (17, 4096), (32, 1040), (32, 16384), (64, 8192),
+                 (16, 4096), (4, 4096), (32, 2048)]:  # per-tensor one-launch path at 1, 2, 8 CTAs
         x = _special_x(m, k, dtype)
         want_q, want_s = dispatch.quantize_activation(x, g)
         got_q, got_s = launch.quantize_activation(x, g, arch=arch)
         assert got_s.shape == want_s.shape and got_q.shape == want_q.shape
         assert _same_bits(got_s, want_s), f"scales differ for {g} {dtype} [{m}, {k}]"
         assert _same_bits(got_q, want_q), f"codes differ for {g} {dtype} [{m}, {k}]"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_act_quant_misaligned_x_bit_identical(launch, dtype):
+    """A view 1 element into its storage: the per-tensor kernel's 16-byte amax loads must fall back to
+    scalar loads (and every granularity must still match)."""
+    for m, k in [(16, 4096), (3, 129), (1, 4096)]:
+        buf = _special_x(1, m * k + 1, dtype).flatten()
+        x = buf[1:].view(m, k)
+        assert x.is_contiguous() and x.data_ptr() % 16
+        for g in ActGranularity:
+            want_q, want_s = dispatch.quantize_activation(x, g)
+            got_q, got_s = launch.quantize_activation(x, g)
+            assert _same_bits(got_s, want_s) and _same_bits(got_q, want_q), f"{g} {dtype} [{m}, {k}]"
+
+
+def test_act_quant_per_tensor_nan_in_one_cta_share_reaches_all(launch):
+    """The one-launch per-tensor path: each CTA computes the amax over ALL of x, so a NaN in the last CTA's
+    share makes every code and the scale NaN, as in the reference."""
+    x = _x(16, 4096, torch.bfloat16, 3)
+    x[15, 4095] = float("nan")
+    want_q, want_s = dispatch.quantize_activation(x, ActGranularity.PER_TENSOR)
+    got_q, got_s = launch.quantize_activation(x, ActGranularity.PER_TENSOR)
+    assert torch.isnan(got_s) and _same_bits(got_q, want_q)
 
 
 # --- dequantization: bit-identical --------------------------------------------------------------------
@@ -221,12 +246,39 @@ def test_candidates_run_and_dequant_cublas(launch):
                            (CudaDequantCublas(), Format.MXFP8, "bf16")]:
         assert cand.available()
         qw = dispatch.quantize(_weight(512, 1024, 5), fmt, act=act)
-        m = 4 if cand.id != "cuda.dequant_cublas" else 200
+        m = 4 if cand.id != "cuda.dequant_cublas" else 256
         x = _x(m, 1024, torch.bfloat16, 9)
         p = Problem.of(x.shape, qw, x_dtype=x.dtype)
         assert cand.supports(p, target), cand.supports(p, target).reason
         y = cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, cand.default_config(p, target))
         _check_close(y, x, qw, tol=1e-2 if cand.id == "cuda.dequant_cublas" else 2e-3)
+
+
+@pytest.mark.parametrize("fmt", list(Format))
+def test_dequant_cublas_matches_w8a16_semantics(launch, fmt):
+    """cuda.dequant_cublas at prefill M: tensor/row scales applied to the fp32 output (codes exact in
+    bf16/fp16), mxfp8 weights exact, fp8_block weights rounded once to bf16; fp32 accumulation throughout.
+    Run 3 recorded the old path (scale folded into a bf16 weight, bf16 cuBLAS output) wrong for fp8_row."""
+    from kernels_cuda.candidates import CudaDequantCublas
+    from kernels_cuda.configs import DequantConfig
+    from dispatch.problem import Problem
+    from dispatch.target import detect
+
+    cand, target = CudaDequantCublas(), detect()
+    tol = 4e-3 if fmt is Format.FP8_BLOCK else 5e-4  # fp8_block: one bf16 rounding of each weight (2^-9)
+    for i, (m, n, k) in enumerate([(256, 512, 1024), (300, 1000, 2560), (512, 4096, 4096)]):
+        qw = dispatch.quantize(_weight(n, k, 40 + i), fmt, act="bf16")
+        for x_dtype in (torch.bfloat16, torch.float16):
+            if fmt is Format.MXFP8 and x_dtype == torch.float16:
+                continue
+            x = _x(m, k, x_dtype, 50 + i)
+            bias = torch.randn(n, device="cuda").to(x_dtype)
+            for out_dtype in (torch.float32, x_dtype):
+                p = Problem.of(x.shape, qw, x_dtype=x.dtype, out_dtype=out_dtype, has_bias=True)
+                assert cand.supports(p, target), cand.supports(p, target).reason
+                y = cand.run(x, qw, cand.prepare(qw), bias, out_dtype, DequantConfig())
+                assert y.dtype == out_dtype and y.shape == (m, n)
+                _check_close(y, x, qw, bias, tol=tol)
 
 
 def test_cuda_graph_capture_and_determinism(launch):

@@ -139,3 +139,28 @@ def test_aot_fp8_mma_families():
     gcn = _compile("gfx1201", "w8a8_gemm[group_block]").asm["amdgcn"]
     assert "v_wmma_f32_16x16x16_fp8_fp8" in gcn
     assert int(re.search(r"ScratchSize:\s*(\d+)", gcn).group(1)) == 0
+
+
+@pytest.mark.parametrize("kernel", ["w8a8_gemm[tensor_tensor]", "w8a8_gemm[token_row,tma]"])
+def test_aot_sm90_fp8_dot_promotes_to_fp32_per_k_tile(kernel):
+    """fp8 wgmma accumulates in reduced precision; without promotion (Triton's sm_90 default) the H200
+    results were wrong at K = 14336. With max_num_imprecise_acc = BLOCK_K every accumulator element gets
+    one fp32 add per K tile: 128x256 tile, 8 warps -> 128 accumulator registers per thread."""
+    ck = _compile("sm_90", kernel)
+    assert ck.metadata.num_warps == 8
+    adds = re.findall(r"\badd(?:\.rn)?\.f32\b", ck.asm["ptx"])
+    assert len(adds) >= 128, len(adds)
+
+
+def test_swap_ab_rejected_with_per_tile_scales():
+    from kernels_triton._gemm_config import GemmConfig, w8a16_configs
+    from kernels_triton._gemm_layouts import WScale
+    cfg = GemmConfig(256, 128, 64, 8, 8, 4, swap_ab=True)  # the config that was wrong on the H200 (M = 257)
+    assert "swap_ab" in cfg.legal_for_w8a16(WScale.BLOCK128, False)
+    assert "swap_ab" in GemmConfig(128, 128, 32, swap_ab=True).legal_for_w8a16(WScale.MX32, True)
+    assert cfg.legal_for_w8a16(WScale.ROW, False) == ""
+    for arch in ARCHS:
+        t = Target.simulated_for(arch)
+        for ws, fp16 in ((WScale.BLOCK128, False), (WScale.BLOCK128, True), (WScale.MX32, True)):
+            space = w8a16_configs(t, ws, fp16, 4096)
+            assert space and not any(c.swap_ab for c in space), (arch, ws, fp16)

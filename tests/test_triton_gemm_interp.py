@@ -90,6 +90,11 @@ def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap, tma):
     x = _x(37, k, torch.bfloat16, g)
     cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, swap_ab=swap,
                tma=tma)
+    if swap and fmt == "fp8_block":
+        # Rejected by GemmConfig.legal_for_w8a16 (wrong on the H200); the launcher must refuse it.
+        with pytest.raises(UnsupportedError, match="swap_ab"):
+            _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+        return
     y = _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
     _close(y, x, qw, None, torch.float32)
 
@@ -126,6 +131,8 @@ def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype,
     bm, bn, bk = tile
     if fmt == "mxfp8" and x_dtype == torch.float16:
         bk = 32  # 2^e multiplies 32-deep partial products (legal_for_w8a16)
+    if fmt == "fp8_block" or (fmt == "mxfp8" and x_dtype == torch.float16):
+        swap = False  # swap_ab with a per-K-tile scale is rejected (legal_for_w8a16: wrong on the H200)
     cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, swap_ab=swap)
     y = _launch().w8a16_gemm(x, qw, bias, out_dtype, cfg, hw_fp8=hw, dot_f32=True)
     assert y.shape == (m, n) and y.dtype == out_dtype
