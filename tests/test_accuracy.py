@@ -221,9 +221,21 @@ def test_check_mode_passes_identical_paths_and_flags_a_wrong_kernel(monkeypatch)
         return {n: _BiasedLinear(m, 0.02) if n == acc.LM_HEAD else m for n, m in mods.items()}
 
     monkeypatch.setitem(acc.PATHS, "dispatch", wrong)
-    res, status = acc.check_mode(setup, variants[:1], [False, True], lambda s: None)
+    res, status = acc.check_mode(setup, variants[:1], [False, True], lambda s: None, noise_floor=True)
     assert status == 1
     assert [r["verdict"][:2] for r in res] == ["ok", "KE"]
+    # the noise floor (reference in fp64 instead of fp32 here) is measured and far below the planted error
+    assert all(r["noise_floor"] is not None and r["noise_floor"] < 0.25 * r["abs_diff"] for r in res[1:])
+    assert res[1]["verdict"].startswith("KERNEL WRONG")
+
+
+def test_judge_bound_noise_and_shift():
+    assert acc.judge(0.001, 0.0001, 0.002, False, False) == (True, "ok")
+    assert acc.judge(0.001, 0.0001, 0.002, False, True)[1].startswith("ok (reference path only")
+    assert acc.judge(0.003, 0.0002, 0.002, True, False) == (False, "KERNEL WRONG")  # a shift: 15 SE
+    passed, text = acc.judge(0.003, 0.0015, 0.002, False, False, noise=0.004)
+    assert not passed and "rounding noise" in text and "noise floor 0.0040" in text
+    assert acc.judge(0.003, 0.0015, 0.002, True, False)[0]  # --noise-aware accepts a 2-SE difference
 
 
 @needs_transformers
@@ -299,7 +311,7 @@ def test_gpu_kernel_path_matches_reference_on_tiny_llama():
                       initializer_range=0.05, max_position_embeddings=256)
     model = LlamaForCausalLM(cfg).eval().to("cuda", torch.bfloat16)
     setup = _setup(model, "cuda", n_tokens=256, window=128)
-    res, status = acc.check_mode(setup, acc.VARIANTS, [False, True], print, tolerance=0.02)
+    res, status = acc.check_mode(setup, acc.VARIANTS, [False, True], print, tolerance=0.02, noise_aware=True)
     assert status == 0, json.dumps(res, indent=1, default=str)
     assert any(set(r["kernels"]) - {acc.REFERENCE_CANDIDATE} for r in res), "no kernel was selected at all"
 

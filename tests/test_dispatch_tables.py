@@ -3,6 +3,8 @@ nearest-shape fallback, the writer API."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 
 import pytest
@@ -162,8 +164,8 @@ def test_real_source_hash_matches(tmp_path):
     c = DequantMM()
     h = source_hash(c)
     assert h.startswith("sha256:")
-    ts = _set(tmp_path, _doc([_entry(impl=c.id, config={}, sh=h)]))
-    d = select(P, H200, ts, [c])
+    ts = _set(tmp_path, _doc([_entry(impl=c.id, config={}, sh=h, mb=4096)]))
+    d = select(dataclasses.replace(P, m=4096), H200, ts, [c])  # a prefill route: it claims M >= 64 only
     assert d.source == "table" and d.candidate_id == c.id
 
 

@@ -156,15 +156,20 @@ class ReferenceFP8Linear(torch.nn.Module):
     call: on 2 CPU cores that halves the table's run time. The formula below is reference.linear's with that one
     cached operand; test_accuracy checks that it equals dispatch.reference.linear bit for bit for every variant."""
 
-    def __init__(self, qweight: "dispatch.QWeight", bias: torch.Tensor | None):
+    def __init__(self, qweight: "dispatch.QWeight", bias: torch.Tensor | None, other_precision: bool = False):
         super().__init__()
         self.qweight = qweight
         self.bias = bias
+        # other_precision: accumulate in fp32 where the reference uses fp64 and vice versa. Not the definition:
+        # an equally valid rounding, used to measure how much such differences move the NLL (noise floor).
+        self.other_precision = other_precision
         self._w: dict[torch.dtype, torch.Tensor] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dispatch.reference.check_linear_args(x, self.qweight, self.bias)
         acc = torch.float64 if x.device.type == "cuda" else torch.float32  # as dispatch.reference.linear
+        if self.other_precision:
+            acc = torch.float32 if acc == torch.float64 else torch.float64
         w = self._w.get(acc)
         if w is None:
             w = self._w[acc] = dispatch.dequantize(self.qweight).to(acc)
@@ -247,8 +252,18 @@ def kernels_used(modules: dict[str, torch.nn.Module]) -> dict[str, int]:
     return dict(sorted(used.items()))
 
 
+def reference_other_precision_modules(model: torch.nn.Module, variant: Variant,
+                                     names: Sequence[str]) -> dict[str, torch.nn.Module]:
+    out = {}
+    for n in names:
+        lin = model.get_submodule(n)
+        out[n] = ReferenceFP8Linear(variant.quantize(lin.weight.detach()), lin.bias, other_precision=True)
+    return out
+
+
 MakeModules = Callable[[torch.nn.Module, Variant, Sequence[str]], dict]
-PATHS: dict[str, MakeModules] = {"reference": reference_modules, "dispatch": dispatch_modules}
+PATHS: dict[str, MakeModules] = {"reference": reference_modules, "dispatch": dispatch_modules,
+                                  "reference-other-precision": reference_other_precision_modules}
 
 
 @contextlib.contextmanager
@@ -401,9 +416,37 @@ def table_mode(setup: EvalSetup, variants: Sequence[Variant], path: str, lm_head
     return rows, (1 if failed else 0)
 
 
+def judge(diff: float, se_pair: float, tolerance: float, noise_aware: bool, only_reference: bool,
+          noise: float | None = None) -> tuple[bool, str]:
+    """(passed, verdict) for |mean NLL(kernel) - mean NLL(reference)| = diff.
+
+    Over the bound but inside 3 paired SE is a zero-mean scatter of per-token differences, which is what
+    rounding flips of W8A8 activation codes produce; a wrong kernel shifts the mean instead. Such a row fails
+    unless noise_aware."""
+    if diff <= tolerance:
+        return True, "ok (reference path only: no kernel checked)" if only_reference else "ok"
+    if diff <= 3 * se_pair:
+        verdict = (f"over {tolerance} but within 3 paired SE ({se_pair:.4f}): rounding noise, not a shift"
+                   + ("" if noise_aware else " (counted as a failure; --noise-aware accepts it)"))
+        passed = noise_aware
+    else:
+        verdict, passed = "KERNEL WRONG", False
+    if noise is not None:
+        verdict += f"; noise floor {noise:.4f}"
+    return passed, verdict
+
+
 def check_mode(setup: EvalSetup, variants: Sequence[Variant], lm_heads: Sequence[bool],
-               log: Callable[[str], None], tolerance: float = KERNEL_TOLERANCE) -> tuple[list[dict], int]:
-    """Kernel path vs reference path on the same device, variant by variant; non-zero status if any differ."""
+               log: Callable[[str], None], tolerance: float = KERNEL_TOLERANCE,
+               noise_floor: bool = False, noise_aware: bool = False) -> tuple[list[dict], int]:
+    """Kernel path vs reference path on the same device, variant by variant; non-zero status if any differ.
+
+    noise_floor: also run the reference with the other accumulation precision (fp32 <-> fp64) and report how far
+    that equally valid rounding moves the mean NLL. W8A8 rows amplify such differences (an activation near an
+    e4m3 rounding boundary flips its code; a per-tensor scale moves every code of a tensor when its amax
+    element moves), so a failing row whose noise floor is of the same size points at the model's sensitivity,
+    not necessarily at a kernel bug: the verdict says so. noise_aware: a row over `tolerance` but within 3
+    paired SE of the per-token differences passes (zero-mean scatter, not a systematic shift)."""
     if setup.device.type == "cpu":
         log("note: on the CPU the dispatch path runs the reference semantics, so this compares reference with "
             "reference; the kernel check needs --device cuda")
@@ -412,31 +455,36 @@ def check_mode(setup: EvalSetup, variants: Sequence[Variant], lm_heads: Sequence
     brow = Row(f"baseline ({_dtype_name(setup.model)})", "-", "-", stats=paired_stats(base, base, setup.window),
                seconds=time.time() - t0)
     results, bad, table = [], 0, [format_row(brow)]
-    log("| variant | lm_head | NLL kernel | NLL reference | abs diff | max per-token abs diff | verdict | "
-        "implementations chosen (layers x plans) |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    log("| variant | lm_head | NLL kernel | NLL reference | abs diff | paired SE | max per-token abs diff | noise floor "
+        "| verdict | implementations chosen (layers x plans) |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for v in variants:
         ker = run_variant(setup, v, "dispatch", base, lm_heads, lambda s: None)
         ref = run_variant(setup, v, "reference", base, lm_heads, lambda s: None)
-        for k, r in zip(ker, ref):
+        alt = (run_variant(setup, v, "reference-other-precision", base, lm_heads, lambda s: None) if noise_floor
+               else [None] * len(ref))
+        for k, r, a in zip(ker, ref, alt):
             table.append(format_row(k))
             res = {"variant": v.label, "lm_head": k.lm_head, "kernel_error": k.error, "reference_error": r.error,
                    "kernel_row": k.to_json(), "reference_row": r.to_json()}
             if k.error or r.error:
                 res["verdict"] = "FAILED (error)"
                 bad += 1
-                log(f"| {v.label} | {k.lm_head} | {k.error or ''} | {r.error or ''} | | | FAILED | |")
+                log(f"| {v.label} | {k.lm_head} | {k.error or ''} | {r.error or ''} | | | | | FAILED | |")
             else:
                 diff = abs(k.stats.mean - r.stats.mean)
                 tok_diff = float((k.nll - r.nll).abs().max())
-                ok = diff <= tolerance
-                bad += 0 if ok else 1
+                se_pair = paired_stats(k.nll, r.nll, setup.window).se_token  # SE of mean(kernel - reference)
+                noise = None if a is None or a.stats is None else abs(a.stats.mean - r.stats.mean)
                 only_ref = set(k.kernels) <= {REFERENCE_CANDIDATE}
-                verdict = ("ok (reference path only: no kernel checked)" if only_ref else "ok") if ok else "KERNEL WRONG"
+                passed, verdict = judge(diff, se_pair, tolerance, noise_aware, only_ref, noise)
+                bad += 0 if passed else 1
                 res.update(kernel=k.stats.mean, reference=r.stats.mean, abs_diff=diff, max_token_diff=tok_diff,
-                           verdict=verdict, kernels=k.kernels)
+                           se_pair=se_pair, verdict=verdict, passed=passed, kernels=k.kernels, noise_floor=noise)
                 ran = ", ".join(f"{c} x{n}" for c, n in k.kernels.items()) or "-"
+                nf = "-" if noise is None else f"{noise:.5f}"
                 log(f"| {v.label} | {k.lm_head} | {k.stats.mean:.5f} | {r.stats.mean:.5f} | {diff:.5f} | "
-                    f"{tok_diff:.4f} | {res['verdict']} | {ran} |")
+                    f"{se_pair:.5f} | {tok_diff:.4f} | {nf} | {res['verdict']} | {ran} |")
             results.append(res)
     log("\nkernel path against the baseline:\n" + TABLE_HEAD)
     for line in table:
@@ -459,6 +507,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="table mode: FP8 Linears from dispatch.quantize_model or the local reference module")
     ap.add_argument("--check-kernels", action="store_true",
                     help=f"compare the dispatch path with the reference path; exit 1 if |diff| > {KERNEL_TOLERANCE}")
+    ap.add_argument("--noise-floor", action="store_true",
+                    help="with --check-kernels: also run the reference in the other accumulation precision and "
+                         "report how far that moves the NLL")
+    ap.add_argument("--noise-aware", action="store_true",
+                    help="with --check-kernels: pass a row over the bound whose difference is within 3 paired SE")
     ap.add_argument("--variants", help="comma list: fmt, fmt:act or fmt:act:mx_mode (default: all)")
     ap.add_argument("--lm-head", default="both", choices=["both", "in", "out"])
     ap.add_argument("--json", help="write the rows (and the setup) as JSON here")
@@ -489,7 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"torch {torch.__version__}; started {started}")
     t0 = time.time()
     if args.check_kernels:
-        rows, status = check_mode(setup, variants, lm_heads, log)
+        rows, status = check_mode(setup, variants, lm_heads, log, noise_floor=args.noise_floor,
+                                  noise_aware=args.noise_aware)
         payload = rows
     else:
         rows, status = table_mode(setup, variants, args.path, lm_heads, log)
