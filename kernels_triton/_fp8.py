@@ -107,9 +107,14 @@ def quantize_e4m3(v, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr = False):
     (cvt.rn.satfinite.e4m3x2.f16x2: double rounding, not bit-identical at near-ties) and on gfx1201
     through its own bit manipulation, so those targets use the exact software encoder and a bitcast.
     The explicit clamp to +-448 makes the cast's saturation mode irrelevant (the reference clamps too).
+    It must propagate NaN: Triton lowers a symmetric clamp to `min.xorsign.abs.f32`, which returns the
+    non-NaN operand (NaN -> +-448, a finite code where torch's clamp + cast gives the NaN code; this
+    failed on the H200 with a NaN activation). PropagateNan.ALL emits `min.NaN.xorsign.abs.f32` (same
+    result for every non-NaN input), and cvt.rn.satfinite maps NaN to the NaN code.
     """
     if HW_FP8 and HW_CVT:
-        q = tl.clamp(v, -448.0, 448.0).to(tl.float8e4nv, fp_downcast_rounding="rtne")
+        q = tl.clamp(v, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(tl.float8e4nv,
+                                                                            fp_downcast_rounding="rtne")
     elif HW_FP8:
         q = f32_to_e4m3(v).to(tl.float8e4nv, bitcast=True)
     else:
