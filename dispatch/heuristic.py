@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from .formats import Format
 from .problem import Candidate, Problem
 from .target import Target
 
@@ -46,11 +47,33 @@ def _ref_copy(p: Problem) -> float:
 # ~1.2k of 1.43k TFLOP/s at prefill; rowwise 28-64% at decode; blockwise ~60-70%; activation quant
 # as torch ops costs ~15-25 us per call, as a Triton kernel ~2 us.
 PRIORS: dict[str, Prior] = {
-    "torch.scaled_mm_tensorwise": Prior(0.75, 0.80, True, 6.0),
-    "torch.scaled_mm_rowwise": Prior(0.45, 0.80, True, 6.0),
-    "torch.scaled_mm_blockwise": Prior(0.65, 0.70, True, 6.0),
+    "torch.scaled_mm_tensorwise": Prior(0.75, 0.75, True, 6.0),  # H200 2026-11-29: 1000-1139 TFLOP/s at M=4096
+    "torch.scaled_mm_rowwise": Prior(0.45, 0.77, True, 6.0),  # ~1100 TFLOP/s
+    "torch.scaled_mm_blockwise": Prior(0.65, 0.74, True, 6.0),  # 1040-1100 TFLOP/s
     "torch.dequant_mm": Prior(0.70, 0.85, False, 10.0, _dequant_copy),
     "torch.reference": Prior(0.10, 0.05, False, 50.0, _ref_copy),
+}
+
+# Per (candidate, format) efficiencies fitted to the H200 run of 2026-11-29 (docs/perf/h200.md: decode M=1 on
+# 4096x4096 .. 128256x4096 gives bandwidth fraction and fixed cost; prefill M=4096 gives the compute fraction
+# against ArchSpec's 797 bf16 / 1430 fp8 TFLOP/s). They rank candidates where no tuned entry applies (a new
+# shape, or a table entry gone stale after a kernel changed). "guess" marks cells that run did not measure.
+_W8A16 = (Format.FP8_TENSOR, Format.FP8_ROW)
+MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
+    **{("cuda.w8a16_gemv", f): Prior(0.95, 0.30, False, 4.5) for f in Format},
+    **{("cuda.w8a8_gemv", f): Prior(0.95, 0.30, False, 5.0) for f in Format},
+    **{("triton.w8a16_gemv", f): Prior(0.45, 0.30, False, 8.0) for f in Format},
+    **{("triton.w8a8_gemv", f): Prior(0.55, 0.30, False, 9.0) for f in Format},
+    **{("triton.w8a16_gemm", f): Prior(0.60, 0.68, False, 5.0) for f in _W8A16},  # 517-573 TFLOP/s
+    ("triton.w8a16_gemm", Format.MXFP8): Prior(0.50, 0.31, False, 5.0),  # 247-255 TFLOP/s
+    ("triton.w8a16_gemm", Format.FP8_BLOCK): Prior(0.60, 0.55, False, 5.0),  # guess
+    **{("cuda.dequant_cublas", f): Prior(0.70, 0.52, False, 10.0, _dequant_copy) for f in _W8A16},  # 403-426
+    ("cuda.dequant_cublas", Format.MXFP8): Prior(0.70, 0.80, False, 10.0, _dequant_copy),  # 560-724
+    ("cuda.dequant_cublas", Format.FP8_BLOCK): Prior(0.70, 0.60, False, 10.0, _dequant_copy),  # guess
+    **{("torch.dequant_mm", f): Prior(0.70, 0.53, False, 10.0, _dequant_copy) for f in _W8A16},  # 422-430
+    ("torch.dequant_mm", Format.MXFP8): Prior(0.60, 0.60, False, 10.0, _dequant_copy),  # guess
+    ("torch.dequant_mm", Format.FP8_BLOCK): Prior(0.60, 0.55, False, 10.0, _dequant_copy),  # guess
+    **{("triton.w8a8_gemm", f): Prior(0.50, 0.40, True, 6.0) for f in Format},  # block 573-581 TFLOP/s
 }
 
 # A candidate without its own prior: a generic hand-written kernel of its backend.
@@ -68,6 +91,9 @@ ACT_QUANT_TRITON_US = 2.0
 
 
 def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
+    measured = MEASURED_PRIORS.get((candidate.id, problem.fmt))
+    if measured is not None:
+        return measured
     own = getattr(candidate, "prior", None)
     if callable(own):
         p = own(problem, target)
