@@ -68,15 +68,22 @@ def main(argv: list[str] | None = None) -> int:
             err_y = float((y.float() - y_full).norm() / y_full.norm())
             print(f"{name[:44]:44s} {fmt:10s} {qw.act.value:4s} {saved:>10.1%} {err_w:>9.4f} {err_y:>9.4f}  "
                   f"{describe_layout(qw)}")
-    if have_linear and hasattr(dispatch, "explain"):
+    if have_linear:
         w = next(iter(mats.values())).to(dev)
-        print("\nwhat the dispatcher chose for one matrix at M=1 and M=4096:")
+        print(f"\nwhat dispatch.linear chose here ({dev}) and would choose on other GPUs, for "
+              f"{next(iter(mats))} {tuple(w.shape)}:")
+        targets = [("here", None)] + [(a, dispatch.Target.simulated_for(a)) for a in ("sm_90", "sm_89", "sm_80",
+                                                                                      "gfx1201")]
+        print(f"{'format':10s} {'M':>5s}  " + "  ".join(f"{name:26s}" for name, _ in targets))
         for fmt in FORMATS:
             qw = dispatch.quantize(w, fmt)
-            for m in (1, 4096):
-                print(f"--- {fmt}, M={m}")
-                print(dispatch.explain((m, w.shape[1]), qw))
-    elif not have_linear:
+            for m in (1, 16, 4096):
+                picks = [dispatch.explain((m, w.shape[1]), qw, target=t).candidate_id for _, t in targets]
+                print(f"{fmt:10s} {m:>5d}  " + "  ".join(f"{p:26s}" for p in picks))
+        qw = dispatch.quantize(w, "fp8_block")
+        print("\none decision in full (fp8_block, M=16, simulated H200):")
+        print(dispatch.explain((16, w.shape[1]), qw, target=dispatch.Target.simulated_for("sm_90")))
+    else:
         print("\n(dispatch.linear is not available in this build; the rows above used dispatch.reference.linear)")
     return 0
 
