@@ -139,8 +139,11 @@ def render(results: dict[str, Any], out: pathlib.Path) -> str:
     if results.get("quantizer"):
         q0 = results["quantizer"][0]
         short.append(f"\nLoad-time quantizer (dispatch.quantize), {q0['n']}x{q0['k']} bf16 on the device:\n\n" + md_table(
-            ["format/act", "ms", "GB/s (read+write)", "% copy BW", "peak transient MB", "status"],
+            ["format/act", "ms (host)", "GB/s (read+write)", "% copy BW", "kernel ms (device)", "kernel % copy BW",
+             "peak transient MB", "status"],
             [[f"{q['format']}/{q['act']}", _f(q.get("ms")), _f(q.get("gbps")), _f(q.get("pct_copy_bw")),
+              _f(q.get("kernel_ms")) if q.get("kernel_ms") is not None else q.get("kernel_error", "-")[:60],
+              _f(q.get("kernel_pct_copy_bw")) if q.get("kernel_pct_copy_bw") is not None else "-",
               _f((q.get("peak_transient_bytes") or 0) / 1e6) if q.get("peak_transient_bytes") is not None else "-",
               q.get("status") if q.get("status") == "ok" else q.get("error", "")[:100]]
              for q in results["quantizer"]]))
