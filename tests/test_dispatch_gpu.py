@@ -191,7 +191,10 @@ def test_torch_compile_fullgraph_inductor():
     b = torch.randn(384, device="cuda", dtype=torch.bfloat16)
 
     def f(x):
-        return sum(torch.nn.functional.silu(dispatch.linear(x, qw, b)) for qw in qws)
+        # The epilogue runs in fp32: inductor fuses silu + sum without the bf16 roundings eager does between
+        # ops, which differ by one bf16 ulp at |y| ~ 200 (1.0, over rtol 1e-2; reproduced on CPU with inductor).
+        # The op under test is dispatch.linear, whose bf16 output both paths share exactly.
+        return sum(torch.nn.functional.silu(dispatch.linear(x, qw, b).float()) for qw in qws)
 
     cf = torch.compile(f, fullgraph=True)
     for m in (1, 16, 100):
