@@ -202,11 +202,18 @@ class ScaledMMBlockwise(_ScaledMM):
         return qw.scale.t()
 
     def run(self, x2d, qw, prepared, bias, out_dtype, config):
+        m = x2d.shape[0]
+        pad = -m % 4
+        if pad:
+            # Every M the H200 ran blockwise at was a multiple of 4 (4..4096); M=1 and the bucket of M=3 failed
+            # in cuBLAS. The column-major [M, K/128] fp32 activation scales then have a 16-byte aligned column
+            # stride. Padding zero rows (codes 0, floor scale) keeps that layout for any M; they are sliced off.
+            x2d = torch.nn.functional.pad(x2d, (0, 0, 0, pad))
         xq, xs = quantize_act(x2d, ActGranularity.PER_TOKEN_GROUP_128)
         xq = xq.contiguous()
         xs_cm = xs.t().contiguous().t()  # [M, K/128] column-major, as cuBLASLt's VEC128 mode reads it
         y = torch._scaled_mm(xq, qw.qdata.t(), scale_a=xs_cm, scale_b=prepared, out_dtype=out_dtype)
-        return _finish(y, bias)
+        return _finish(y[:m] if pad else y, bias)
 
 
 # Rows per dequantization chunk: bounds the fp32 temporary to ~32 MB whatever the weight's size.
