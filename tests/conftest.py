@@ -37,3 +37,13 @@ def weights_dir():
     if not d.is_dir():
         pytest.skip(f"real weight matrices not found at {d} (set FP8DISPATCH_SHARED_DATA)")
     return d
+
+
+def pytest_runtest_logreport(report):
+    """With FP8DISPATCH_FAILURE_LOG set, append each failure's traceback to that file as soon as it happens, so a
+    GPU run cut at its time limit (before pytest's summary) still says why each test failed. Under xdist this
+    hook runs in the controller, which serializes the writes."""
+    path = os.environ.get("FP8DISPATCH_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"===== {report.nodeid} ({report.when})\n{report.longreprtext}\n")

@@ -21,7 +21,7 @@ for st in "${stages[@]}"; do
     tests)
       # All GPU tests at once; -n spreads them over processes (Triton compiles are CPU-bound), and each
       # test has its own time limit so one hang cannot eat the run.
-      timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -v -p no:cacheprovider -n ${TEST_PROCS:-12} \
+      FP8DISPATCH_FAILURE_LOG="$OUT/gpu_failures.log" timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -v -p no:cacheprovider -n ${TEST_PROCS:-12} \
         --timeout=${TEST_CASE_TIMEOUT:-150} --tb=short -rfE ${PYTEST_ARGS:-tests} > "$OUT/gpu_tests.log" 2>&1; rc=$?
       grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -60
       summary+=("tests rc=$rc: $(tail -1 "$OUT/gpu_tests.log")") ;;
