@@ -90,5 +90,5 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
     cands = registry.candidates()
     decision = select(problem, target, tables, cands, current_policy(),
                       unavailable=registry.unavailable_backends())
-    unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c))
+    unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c, target))
     return Explanation(m, problem, target, decision, tables, unvalidated)

@@ -14,6 +14,7 @@ import threading
 from typing import Iterator, Sequence
 
 from .problem import Candidate
+from .target import Target
 
 # Priority order matters only for ties in the heuristic and for the order explain() lists candidates.
 BACKEND_MODULES: dict[str, str] = {
@@ -34,18 +35,19 @@ generation = 0
 
 class _Registry:
     def __init__(self, candidates: Sequence[Candidate], unavailable: dict[str, str],
-                 unvalidated_backends: frozenset[str] = frozenset()):
+                 validated_archs: "dict[str, frozenset[str]] | None" = None):
         self.candidates = tuple(candidates)
         self.unavailable = dict(unavailable)
         self.by_id = {c.id: c for c in self.candidates}
-        self.unvalidated_backends = unvalidated_backends
+        # backend -> archs whose hardware ran its kernels; a backend absent here is validated everywhere
+        self.validated_archs = dict(validated_archs or {})
 
 
 def _load() -> _Registry:
     cands: list[Candidate] = []
     unavailable: dict[str, str] = {}
     seen: set[str] = set()
-    unvalidated: set[str] = set()
+    validated_archs: dict[str, frozenset[str]] = {}
     for backend, module in BACKEND_MODULES.items():
         try:
             mod = importlib.import_module(module)
@@ -53,15 +55,17 @@ def _load() -> _Registry:
         except Exception as e:  # a broken optional backend must not break the others; keep the reason
             unavailable[backend] = f"import of {module} failed: {type(e).__name__}: {e}"
             continue
-        # A backend whose kernels never ran on real hardware declares HARDWARE_VALIDATED = False.
-        if not getattr(mod, "HARDWARE_VALIDATED", True):
-            unvalidated.add(backend)
+        # A backend declares where its kernels have run on real hardware: HARDWARE_VALIDATED = False (nowhere),
+        # True (everywhere it claims support), or a collection of arch names ({"sm_90"}).
+        flag = getattr(mod, "HARDWARE_VALIDATED", True)
+        if flag is not True:
+            validated_archs[backend] = frozenset(flag) if flag else frozenset()
         for c in found:
             if c.id in seen:
                 raise AssertionError(f"duplicate candidate id {c.id!r} (from {module})")
             seen.add(c.id)
             cands.append(c)
-    return _Registry(cands, unavailable, frozenset(unvalidated))
+    return _Registry(cands, unavailable, validated_archs)
 
 
 def _current() -> _Registry:
@@ -87,12 +91,18 @@ def unavailable_backends() -> dict[str, str]:
     return dict(_current().unavailable)
 
 
-def hardware_validated(candidate: Candidate) -> bool:
+def hardware_validated(candidate: Candidate, target: Target | None = None) -> bool:
     """False when the candidate (class attribute `hardware_validated = False`) or its backend module
-    (`HARDWARE_VALIDATED = False`) declares that it has not yet run on real hardware."""
+    (`HARDWARE_VALIDATED`) declares that it has not yet run on real hardware of `target`'s arch (without a
+    target: on any hardware)."""
     if not getattr(candidate, "hardware_validated", True):
         return False
-    return candidate.backend not in _current().unvalidated_backends
+    archs = _current().validated_archs.get(candidate.backend)
+    if archs is None:
+        return True
+    if target is None or target.is_cpu:
+        return bool(archs)
+    return target.arch in archs
 
 
 def get(candidate_id: str) -> Candidate | None:
@@ -120,7 +130,7 @@ def use_candidates(cands: Sequence[Candidate], unavailable: dict[str, str] | Non
     """Replace the candidate set (tests, experiments); restores the previous set on exit. Process-wide."""
     global _override
     prev = _override
-    _override = _Registry(cands, unavailable or {}, frozenset(unvalidated_backends))
+    _override = _Registry(cands, unavailable or {}, {b: frozenset() for b in unvalidated_backends})
     bump_generation()
     try:
         yield

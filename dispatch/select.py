@@ -201,13 +201,18 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
                             + _entry_ref(tier, idx, e), skipped_entries=tuple(skipped), **common)
 
     if hardware_validated is None:
-        from .registry import hardware_validated
+        from . import registry
+
+        def hardware_validated(c: Candidate) -> bool:
+            return registry.hardware_validated(c, target)
     # The heuristic never prefers a kernel that has not run on real hardware over one that has (a tuned
     # entry may choose it: it was measured). Estimates are listed for all.
-    est = sorted(((not hardware_validated(c), estimate_us(c, problem, target), i, c) for i, c in enumerate(ok)),
-                 key=lambda t: t[:3])
-    best = est[0][3]
-    unproven = [c.id for u, _, _, c in est if u]
+    # A last-resort route (the exact reference) comes after every kernel, proven or not: on an arch where no
+    # kernel has run yet (gfx1201 today), an unproven kernel still beats an fp64 reference matmul.
+    est = sorted(((getattr(c, "last_resort", False), not hardware_validated(c), estimate_us(c, problem, target), i, c)
+                  for i, c in enumerate(ok)), key=lambda t: t[:4])
+    best = est[0][4]
+    unproven = [c.id for _, u, _, _, c in est if u]
     why_miss = "no tuned table applies" if not tables.tiers else "no tuned entry within reach"
     _log_once(("heuristic",) + key + (target.arch, target.device_name),
               "%s for %s/%s N=%d K=%d M-bucket=%d on %s (%s): analytic heuristic picks %s",
@@ -217,7 +222,7 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
     ranked = (f"; ranked after hardware-validated candidates: {', '.join(unproven)}"
               if unproven and best.id not in unproven else "")
     return Decision(best.id, best.default_config(problem, target), "heuristic",
-                    f"{why_miss}; analytic estimate {est[0][1]:.1f} us{forced} (bytes/FLOPs vs "
+                    f"{why_miss}; analytic estimate {est[0][2]:.1f} us{forced} (bytes/FLOPs vs "
                     f"{target.spec.reference_part} rates){ranked}",
-                    skipped_entries=tuple(skipped), estimates=tuple((c.id, round(u, 2)) for _, u, _, c in est),
+                    skipped_entries=tuple(skipped), estimates=tuple((c.id, round(us, 2)) for _, _, us, _, c in est),
                     **common)

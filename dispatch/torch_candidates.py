@@ -298,6 +298,7 @@ class Reference(Candidate):
     """dispatch.reference.linear: exact semantics, every format, any device; the CPU path and the last resort."""
 
     id: ClassVar[str] = "torch.reference"
+    last_resort: ClassVar[bool] = True  # ranked after every kernel by the heuristic (dispatch.select)
     backend: ClassVar[str] = "torch"
     source_files: ClassVar[tuple[str, ...]] = ("dispatch/reference.py",)
     serves: ClassVar[frozenset] = frozenset({(f, a) for f in Format for a in Act if (f, a) != (Format.MXFP8, Act.FP8)})
