@@ -107,7 +107,7 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
                 if not av and not target.simulated:
                     why = f"unavailable: {av.reason}"
                 else:
-                    sp = _supports_whole_bucket(c, problem, target)
+                    sp = supports_whole_bucket(c, problem, target)
                     if not sp:
                         why = sp.reason
                     elif not av:
@@ -119,7 +119,7 @@ def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], 
     return ok, rejected, assumed
 
 
-def _supports_whole_bucket(c: Candidate, problem: Problem, target: Target) -> Support:
+def supports_whole_bucket(c: Candidate, problem: Problem, target: Target) -> Support:
     """A plan serves every M of its bucket, so a candidate must support both ends of the bucket (the
     bucket's largest M is problem.m; the smallest is one more than the previous bucket). Found on the H200:
     blockwise _scaled_mm planned for bucket 4 at M=4 was then run at M=3."""

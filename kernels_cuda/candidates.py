@@ -66,7 +66,17 @@ class _CudaCandidate(Candidate):
         return backend_available()
 
 
-class CudaW8A16Gemv(_CudaCandidate):
+class _CudaGemvCandidate(_CudaCandidate):
+    config_type = GemvConfig
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return gemv_configs(problem, target)
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return default_gemv_config(problem, target)
+
+
+class CudaW8A16Gemv(_CudaGemvCandidate):
     """fp8 weights decoded in registers to bf16 (f16 for f16 activations) and multiplied on the tensor
     cores (m16n8k16, tokens as the 8-wide side), fp32 accumulation, in-CTA split-K reduced in warp order."""
 
@@ -85,19 +95,13 @@ class CudaW8A16Gemv(_CudaCandidate):
             return Support.no("mxfp8 with fp16 activations: 2^e scales leave fp16's range in the MMA operand")
         return s
 
-    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return gemv_configs(problem, target)
-
-    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        return default_gemv_config(problem, target)
-
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
         return _launch.w8a16_gemv(x2d, qw, bias, out_dtype, config)
 
 
-class CudaW8A8Gemv(_CudaCandidate):
+class CudaW8A8Gemv(_CudaGemvCandidate):
     """Fused activation quantization (one launch at decode sizes) then an fp8 x fp8 GEMV: m16n8k32 e4m3
     MMA where the target has fp8 MMA, exact bf16 decode + bf16 MMA otherwise."""
 
@@ -115,12 +119,6 @@ class CudaW8A8Gemv(_CudaCandidate):
         if not target.has_fp8_mma:
             return Support.yes(f"{target.arch}: no fp8 MMA, codes decoded to bf16 for the bf16 MMA")
         return s
-
-    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return gemv_configs(problem, target)
-
-    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        return default_gemv_config(problem, target)
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:

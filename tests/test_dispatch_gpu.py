@@ -80,13 +80,13 @@ def test_every_format_vs_reference(fa, dtype):
 def _routes(qw, m, dtype):
     """Every registered candidate that declares support for this problem on this GPU, by the dispatcher's own
     rule (a plan serves its whole M bucket, so support must hold at both ends of the bucket)."""
-    from dispatch.select import _supports_whole_bucket
+    from dispatch.select import supports_whole_bucket
 
     t = detect(qw.device)
     n, k = qw.shape
     p = Problem(qw.format, qw.act, fast_bucket(m), n, k, dtype, dtype, False)
     return [c for c in registry.candidates()
-            if (p.fmt, p.act) in c.serves and c.available() and _supports_whole_bucket(c, p, t)]
+            if (p.fmt, p.act) in c.serves and c.available() and supports_whole_bucket(c, p, t)]
 
 
 @pytest.mark.parametrize("fa", PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
