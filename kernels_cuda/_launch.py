@@ -15,13 +15,13 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from dispatch.errors import BackendUnavailable, FormatError, UnsupportedError
 from dispatch.formats import ActGranularity, Format, QWeight
 
-from . import compiler
+from . import _driver, compiler
+from ._driver import ptr
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
 from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 
@@ -64,36 +64,12 @@ def device_arch(index: int) -> str:
     return f"sm_{major}{minor}"
 
 
-@functools.lru_cache(maxsize=None)
-def _function(name: str, arch: str, defines: tuple[tuple[str, Any], ...], entry: str, device: int):
-    from cupy.cuda import Device, function  # noqa: PLC0415
-
-    built = compiler.compile_module(name, arch, dict(defines))
-    with Device(device):
-        mod = function.Module()
-        mod.load(built.image())
-        fn = mod.get_function(entry)
-    return mod, fn  # keep the module alive with the function
-
-
-def _stream(device: int):
-    from cupy.cuda import ExternalStream  # noqa: PLC0415
-
-    return ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
-
-
-def _ptr(t: torch.Tensor | None) -> np.uint64:
-    return np.uint64(0 if t is None else t.data_ptr())
-
-
 def _launch(name: str, entry: str, defines: dict[str, Any], device: int, arch: str | None, grid, block,
             args, smem: int = 0) -> None:
-    from cupy.cuda import Device  # noqa: PLC0415
-
     arch = arch or device_arch(device)
-    _, fn = _function(name, arch, tuple(sorted(defines.items())), entry, device)
-    with Device(device):
-        fn(tuple(grid), tuple(block), tuple(args), shared_mem=smem, stream=_stream(device))
+    key = (name, arch, tuple(sorted(defines.items())))
+    kernel = _driver.load(key, entry, device, lambda: compiler.compile_module(name, arch, dict(key[2])).image())
+    _driver.launch(kernel, grid, block, args, smem)
 
 
 def _extra_defines(emulate_mma: bool, force_sw_cvt: bool) -> dict[str, Any]:
@@ -156,8 +132,8 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
                "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
                **_extra_defines(emulate_mma, force_sw_cvt)}
     grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
-    args = (_ptr(qw.qdata), _ptr(scale), _ptr(x2d), _ptr(bias), _ptr(y), np.int32(m), np.int32(n), np.int32(k),
-            np.int32(DTYPE_CODE[bias.dtype] if bias is not None else 0), np.int32(DTYPE_CODE[out_dtype]))
+    args = (ptr(qw.qdata), ptr(scale), ptr(x2d), ptr(bias), ptr(y), int(m), int(n), int(k),
+            int(DTYPE_CODE[bias.dtype] if bias is not None else 0), int(DTYPE_CODE[out_dtype]))
     _launch("gemv_w8a16.cu", "fp8d_w8a16_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
             args, cfg.smem_bytes(m))
     return y
@@ -196,7 +172,7 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
     dev = x2d.device
     idx = dev.index or 0
     codes = torch.empty((m, k), dtype=torch.uint8, device=dev)
-    xk = np.int32(DTYPE_CODE[x2d.dtype])
+    xk = int(DTYPE_CODE[x2d.dtype])
     defines = _extra_defines(False, force_sw_cvt)
     if g is ActGranularity.PER_TOKEN:
         scales = torch.empty((m, 1), dtype=torch.float32, device=dev)
@@ -210,16 +186,16 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
         partial = torch.empty((plan[0][1][0],), dtype=torch.float32, device=dev)
     for entry, grid, block in plan:
         if entry == "fp8d_act_quant_token":
-            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(k))
         elif entry == "fp8d_act_quant_group":
-            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int32(m), np.int32(k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(m), int(k))
         elif entry in ("fp8d_act_quant_tensor_single", "fp8d_act_quant_tensor_redundant"):
-            args = (_ptr(x2d), xk, _ptr(codes), _ptr(scales), np.int64(m * k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(m * k))
         elif entry == "fp8d_act_amax_partial":
-            args = (_ptr(x2d), xk, _ptr(partial), np.int64(m * k))
+            args = (ptr(x2d), xk, ptr(partial), int(m * k))
         else:  # fp8d_act_quant_tensor_apply
-            args = (_ptr(x2d), xk, _ptr(partial), np.int32(partial.numel()), _ptr(codes), _ptr(scales),
-                    np.int64(m * k))
+            args = (ptr(x2d), xk, ptr(partial), int(partial.numel()), ptr(codes), ptr(scales),
+                    int(m * k))
         _launch("act_quant.cu", entry, defines, idx, arch, grid, block, args)
     return codes.view(torch.float8_e4m3fn), scales
 
@@ -240,8 +216,8 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
     defines = {"FP8D_CFG_ACTQ": ACTQ_CODE[g], "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles,
                "FP8D_CFG_U": cfg.unroll, **_extra_defines(emulate_mma, force_sw_cvt)}
     grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
-    args = (_ptr(qw.qdata), _ptr(qw.scale), _ptr(xq), _ptr(xs), _ptr(bias), _ptr(y), np.int32(m), np.int32(n),
-            np.int32(k), np.int32(DTYPE_CODE[bias.dtype] if bias is not None else 0), np.int32(DTYPE_CODE[out_dtype]))
+    args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), int(m), int(n),
+            int(k), int(DTYPE_CODE[bias.dtype] if bias is not None else 0), int(DTYPE_CODE[out_dtype]))
     _launch("gemv_w8a8.cu", "fp8d_w8a8_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
             args, cfg.smem_bytes(m))
     return y
@@ -265,5 +241,5 @@ def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: Dequant
         blocks = min(blocks, 65535 * 16)  # grid-stride loop covers the rest
     defines = {"FP8D_CFG_SCALE": SCALE_CODE[qw.format], **_extra_defines(False, force_sw_cvt)}
     _launch("dequant.cu", "fp8d_dequant", defines, qw.device.index or 0, arch, (blocks, 1, 1), (cfg.threads, 1, 1),
-            (_ptr(qw.qdata), _ptr(scale), _ptr(out), np.int32(n), np.int32(k), np.int32(DTYPE_CODE[dtype])))
+            (ptr(qw.qdata), ptr(scale), ptr(out), int(n), int(k), int(DTYPE_CODE[dtype])))
     return out

@@ -4,12 +4,14 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
 
   cuda.w8a16_gemv     decode W8A16, every weight scale layout, 1 <= M <= 32
   cuda.w8a8_gemv      decode W8A8 (fused activation quantization + fp8 GEMV), 1 <= M <= 32
-  cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then cuBLAS (fp32 output), W8A16, M >= 256
+  cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then one cuBLAS GEMM, W8A16, M >= 256
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import threading
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -28,8 +30,8 @@ HARDWARE_VALIDATED = frozenset({"sm_90"})
 _HALF = (torch.bfloat16, torch.float16)
 _OUT = (torch.bfloat16, torch.float16, torch.float32)
 SOURCES = ("kernels_cuda/csrc/portability.cuh", "kernels_cuda/csrc/fp8_common.cuh",
-           "kernels_cuda/csrc/skinny_common.cuh", "kernels_cuda/_launch.py", "kernels_cuda/compiler.py",
-           "kernels_cuda/configs.py")
+           "kernels_cuda/csrc/skinny_common.cuh", "kernels_cuda/_launch.py", "kernels_cuda/_driver.py",
+           "kernels_cuda/compiler.py", "kernels_cuda/configs.py")
 
 
 def backend_available() -> Support:
@@ -161,7 +163,7 @@ class CudaDequantCublas(_CudaCandidate):
             return Support.no(f"output dtype {problem.out_dtype} is not bf16, fp16 or fp32")
         if problem.fmt is Format.MXFP8 and problem.x_dtype == torch.float16:
             return Support.no("mxfp8 with fp16 activations: 2^e-scaled weights leave fp16's range")
-        return Support.yes("dequantize per call, then cuBLAS with fp32 output")
+        return Support.yes("dequantize per call (one pass over W), then one cuBLAS GEMM")
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return [DequantConfig(256), DequantConfig(128)]
@@ -172,16 +174,48 @@ class CudaDequantCublas(_CudaCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
-        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
-            w = qw.qdata.to(x2d.dtype)  # e4m3 codes are exact in bf16 and fp16
-        else:
-            w = _launch.dequantize(qw, x2d.dtype, config)
-        y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
-        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
+        if x2d.dtype == torch.float16 and qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
+            # fp16 cannot hold every code x scale (scales can exceed fp16's range): multiply the exact codes
+            # and apply the scale to the fp32 output.
+            y = torch.mm(x2d, qw.qdata.to(x2d.dtype).t(), out_dtype=torch.float32)
             y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row
+            if bias is not None:
+                y.add_(bias.to(torch.float32))
+            return y if y.dtype == out_dtype else y.to(out_dtype)
+        # dequantize(qw) rounded once to x's dtype (bf16 keeps 8 significant bits of code x scale), then one
+        # cuBLAS GEMM writing the output dtype directly: the same GEMM as bf16 F.linear plus one pass over W.
+        w = _launch.dequantize(qw, x2d.dtype, config)
+        with full_precision_reduction():
+            if out_dtype == x2d.dtype and (bias is None or bias.dtype == x2d.dtype):
+                return torch.nn.functional.linear(x2d, w, bias)
+            y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
         if bias is not None:
             y.add_(bias.to(torch.float32))
         return y if y.dtype == out_dtype else y.to(out_dtype)
+
+
+_REDUCTION_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def full_precision_reduction() -> Iterator[None]:
+    """cuBLAS half GEMMs with fp32 accumulation inside each split-K slice, and across slices.
+
+    torch allows cuBLAS to add split-K partial sums in bf16/fp16 by default
+    (`torch.backends.cuda.matmul.allow_{bf16,fp16}_reduced_precision_reduction`); on the H200 that gave errors
+    of 5-25 % on single outputs at M = 16 (run 3, both dequantize-then-cuBLAS routes failed verification the
+    same way). The flags are global: they are set for this call only, under a lock, and restored; another
+    thread's GEMM that overlaps the window gets the more precise reduction, never a less precise one.
+    """
+    mm = torch.backends.cuda.matmul
+    with _REDUCTION_LOCK:
+        saved = (mm.allow_bf16_reduced_precision_reduction, mm.allow_fp16_reduced_precision_reduction)
+        mm.allow_bf16_reduced_precision_reduction = False
+        mm.allow_fp16_reduced_precision_reduction = False
+        try:
+            yield
+        finally:
+            mm.allow_bf16_reduced_precision_reduction, mm.allow_fp16_reduced_precision_reduction = saved
 
 
 def candidates() -> list[Candidate]:

@@ -16,6 +16,7 @@ import torch
 
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import ActGranularity, Format, QWeight, act_granularity
+from kernels_cuda import _driver
 from kernels_cuda._kinds import DTYPE_CODE
 
 from . import compiler
@@ -94,26 +95,14 @@ def _aligned16(t: torch.Tensor) -> torch.Tensor:
 
 
 # --- Device: load and launch -------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def _function(source: str, arch: str, defines: tuple[tuple[str, Any], ...], entry: str, device: int):
-    from cupy.cuda import Device, function  # noqa: PLC0415 (optional toolkit)
-
-    code = compiler.compile_code_object(source, compiler.HipCompileOptions.make(arch, dict(defines)))
-    with Device(device):
-        mod = function.Module()
-        mod.load(code)
-        fn = mod.get_function(entry)
-    return mod, fn  # keep the module alive with the function
-
-
 def _launch(source: str, entry: str, defines: dict[str, Any], device: int, grid: Sequence[int],
             block: Sequence[int], args: tuple) -> None:
-    from cupy.cuda import Device, ExternalStream  # noqa: PLC0415
-
-    _, fn = _function(source, device_arch(device), tuple(sorted(defines.items())), entry, device)
-    with Device(device):
-        stream = ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
-        fn(tuple(grid), tuple(block), args, shared_mem=0, stream=stream)
+    # The launch path (driver API through CuPy's bindings) is the CUDA backend's: kernels_cuda/_driver.py.
+    arch = device_arch(device)
+    key = (source, arch, tuple(sorted(defines.items())))
+    kernel = _driver.load(key, entry, device, lambda: compiler.compile_code_object(
+        source, compiler.HipCompileOptions.make(arch, dict(key[2]))))
+    _driver.launch(kernel, grid, block, args)
 
 
 def w8a16_wmma(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,

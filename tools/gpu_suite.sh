@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call (the lent H200 is reached in few, full calls):
-#   bash tools/gpu_suite.sh [tests] [bench] [autotune] [quant] ...   (default: tests quant)
+#   bash tools/gpu_suite.sh [tests] [bench] [autotune] [quant] [acc-part0] [acc-part1] ...   (default: tests quant)
+# acc-part0 / acc-part1: the SmolLM2 kernel-vs-reference check (docs/accuracy.md): the model export travels
+# in two consecutive runs (each carries one of .cache/accuracy/part0, part1), staged in /tmp/fp8acc.
 # Writes logs and results under ${OUT:-./gpu_out}; prints a short summary last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,13 @@ for st in "${stages[@]}"; do
       timeout ${AUTOTUNE_TIMEOUT:-300} python3 -m tools.autotune ${AUTOTUNE_ARGS:-} --table "$OUT/nvidia_h200.yaml" \
         --out "$OUT/autotune" > "$OUT/autotune.log" 2>&1; rc=$?
       tail -40 "$OUT/autotune.log"; summary+=("autotune rc=$rc") ;;
+    acc-part0)
+      mkdir -p /tmp/fp8acc && cp -r .cache/accuracy/part0 /tmp/fp8acc/; rc=$?; summary+=("acc-part0 staged rc=$rc") ;;
+    acc-part1)
+      cp -r .cache/accuracy/part1 /tmp/fp8acc/ && timeout ${ACC_TIMEOUT:-300} python3 -m tools.accuracy \
+        --model-export /tmp/fp8acc --device cuda --dtype bf16 --check-kernels --noise-floor \
+        --json "$OUT/accuracy_gpu.json" > "$OUT/accuracy_gpu.log" 2>&1; rc=$?
+      tail -30 "$OUT/accuracy_gpu.log"; summary+=("accuracy check rc=$rc") ;;
     *) echo "unknown stage $st"; rc=2 ;;
   esac
   summary+=("  ($st took $(( $(date +%s) - t0 )) s)")

@@ -1,0 +1,91 @@
+"""kernels_cuda/_driver.py on CPU: the argument packing and the context handling of a launch, against a fake
+driver that reads the parameter block the way cuLaunchKernel does (4 bytes for an int parameter, 8 for a
+pointer or a long long). The real launches run in the GPU tests (every CUDA and HIP kernel test goes
+through this launcher)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+cupy_driver = pytest.importorskip("cupy_backends.cuda.api.driver")
+
+from kernels_cuda import _driver  # noqa: E402
+
+
+class FakeDriver:
+    def __init__(self, current_ctx: int):
+        self.current = current_ctx
+        self.launches: list[dict] = []
+        self.set_calls: list[int] = []
+
+    def ctxGetCurrent(self):  # noqa: N802 (CuPy's name)
+        return self.current
+
+    def ctxSetCurrent(self, ctx):  # noqa: N802
+        self.set_calls.append(ctx)
+        self.current = ctx
+
+    def launchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
+        # Read the parameter block now, as the driver does (it copies the values at launch).
+        addrs = (ctypes.c_void_p * 4).from_address(params)
+        self.launches.append(dict(
+            f=f, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem, stream=stream, extra=extra, ctx=self.current,
+            ptr=ctypes.c_uint64.from_address(addrs[0]).value,
+            i32=ctypes.c_int32.from_address(addrs[1]).value,
+            i64=ctypes.c_int64.from_address(addrs[2]).value,
+            neg32=ctypes.c_int32.from_address(addrs[3]).value))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def make(current_ctx):
+        drv = FakeDriver(current_ctx)
+        for name in ("ctxGetCurrent", "ctxSetCurrent", "launchKernel"):
+            monkeypatch.setattr(cupy_driver, name, getattr(drv, name))
+        monkeypatch.setattr(_driver, "current_stream", lambda device: 0xABC0 + device)
+        return drv
+    return make
+
+
+KERNEL = _driver.LoadedKernel(entry="k", device=1, fn_ptr=0x1234, ctx=0x77, module=None)
+ARGS = (0x7F00_0000_1000, 4096, 1 << 40, -3)
+
+
+def test_arguments_reach_the_driver_with_their_widths(fake):
+    drv = fake(current_ctx=0x77)
+    _driver.launch(KERNEL, (5, 2, 1), (256, 1, 1), ARGS, smem=1024)
+    (call,) = drv.launches
+    assert call["f"] == 0x1234 and call["grid"] == (5, 2, 1) and call["block"] == (256, 1, 1)
+    assert call["smem"] == 1024 and call["stream"] == 0xABC1 and call["extra"] == 0
+    assert (call["ptr"], call["i32"], call["i64"], call["neg32"]) == ARGS
+    assert drv.set_calls == []  # the module's context was already current: no context switch
+
+
+def test_launch_from_another_context_switches_and_restores(fake):
+    drv = fake(current_ctx=0x99)
+    _driver.launch(KERNEL, (1, 1, 1), (32, 1, 1), ARGS)
+    assert drv.launches[0]["ctx"] == 0x77
+    assert drv.set_calls == [0x77, 0x99] and drv.current == 0x99
+
+
+def test_launch_from_a_fresh_thread_makes_the_context_current(fake):
+    drv = fake(current_ctx=0)
+    _driver.launch(KERNEL, (1, 1, 1), (32, 1, 1), ARGS)
+    assert drv.launches[0]["ctx"] == 0x77 and drv.set_calls == [0x77]
+
+
+def test_load_builds_once_per_key(monkeypatch):
+    built = []
+
+    def fake_load(entry, device, image):
+        built.append((entry, device, image))
+        return _driver.LoadedKernel(entry, device, len(built), 0, None)
+
+    monkeypatch.setattr(_driver, "_load", fake_load)
+    monkeypatch.setattr(_driver, "_LOADED", {})
+    a = _driver.load(("src", "sm_90", ()), "k", 0, lambda: b"img")
+    b = _driver.load(("src", "sm_90", ()), "k", 0, lambda: b"other")
+    c = _driver.load(("src", "sm_90", ()), "k", 1, lambda: b"img1")
+    assert a is b and a is not c and built == [("k", 0, b"img"), ("k", 1, b"img1")]
