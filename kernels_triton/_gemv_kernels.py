@@ -129,6 +129,10 @@ def _gemv_kernel(
         n3 = offs_n[:, None, None]
         nok3 = n_ok[:, None, None]
         col = tl.arange(0, BLOCK_M)[None, :]
+        # BLOCK_M == 1 (the M = 1 decode step): products accumulate elementwise in a [BLOCK_N, KG, G] register
+        # tile and are reduced across K once after the loop. Reducing every K tile (the BLOCK_M > 1 path)
+        # costs cross-lane shuffles per tile that stall the weight stream. Same fp32 sums, another order.
+        acc3 = tl.zeros([BLOCK_N, KG, G], dtype=tl.float32)
         for kt in tl.range(kt_lo, kt_hi, num_stages=NUM_STAGES):
             k0 = kt * BLOCK_K
             kidx = k0 + kk3
@@ -164,8 +168,13 @@ def _gemv_kernel(
                         xv = _code_value(xv, s_m, HW_FP8, HW_CVT)  # x scale applied in the epilogue
                     else:
                         xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
-                part = tl.sum(tl.sum(w * xv, 2), 1)  # [BLOCK_N]
-                acc = tl.where(col == mi, acc + part[:, None], acc)
+                if BLOCK_M == 1:
+                    acc3 += w * xv
+                else:
+                    part = tl.sum(tl.sum(w * xv, 2), 1)  # [BLOCK_N]
+                    acc = tl.where(col == mi, acc + part[:, None], acc)
+        if BLOCK_M == 1:
+            acc = tl.reshape(tl.sum(tl.sum(acc3, 2), 1), (BLOCK_N, 1))
     else:
         # ---------------- tensor-core path: acc^T = W_tile . x_tile^T -----------------------------------
         offs_k = tl.arange(0, BLOCK_K)
