@@ -15,12 +15,12 @@ import logging
 import os
 import pathlib
 import re
-import tempfile
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
+from ._atomic import atomic_open
 from .errors import TableError
 from .formats import Act, Format
 from .problem import M_BUCKETS
@@ -334,19 +334,9 @@ def save_table(table: Table, path: "str | os.PathLike | None" = None) -> pathlib
         raise TableError("save_table: no path given and the table has none")
     data = table.to_yaml()
     parse_table(data, str(out))  # never write what we could not read back
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=str(out.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("# fp8dispatch tuning table: schema in tuning_db/README.md. Written by dispatch.tables.save_table.\n")
-            yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=120)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_open(out, "w", encoding="utf-8") as f:
+        f.write("# fp8dispatch tuning table: schema in tuning_db/README.md. Written by dispatch.tables.save_table.\n")
+        yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=120)
     return out
 
 

@@ -21,10 +21,10 @@ import json
 import os
 import pathlib
 import re
-import tempfile
 from typing import Mapping, Sequence
 
 from dispatch import formats
+from dispatch._atomic import atomic_write  # public here too: kernels_hip caches its code objects with it
 from dispatch.errors import BackendUnavailable, CompileError
 
 CSRC = pathlib.Path(__file__).resolve().parent / "csrc"
@@ -133,22 +133,7 @@ def cache_key(name: str, srcs: Mapping[str, str], options: Sequence[str], arch: 
     return h.hexdigest()[:32]
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-atomic_write = _atomic_write  # public: kernels_hip caches its code objects with it
+_atomic_write = atomic_write  # the cache's writer (tests exercise it under this name)
 
 
 def compile_module(name: str, arch: str, defines: Mapping[str, int | str] = (), extra: Sequence[str] = (),

@@ -81,6 +81,48 @@ def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.co
 
 
 @triton.jit
+def _tile_rows(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's tile: its ids, output rows / columns (offs_m, offs_n), K offsets within a K tile, and
+    the rows it reads (rows_m, rows_n): edge tiles re-read valid rows instead of masking (results of
+    wrapped rows are never stored)."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows_m = offs_m % M
+    rows_n = offs_n % N
+    return pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n
+
+
+@triton.jit
+def _k_tile_sources(x_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA: tl.constexpr):
+    """What _load_k_tile reads: the TMA descriptors themselves, or the [BLOCK_M, BLOCK_K] / [BLOCK_N,
+    BLOCK_K] pointer tiles of the first K tile (the kernel advances them by BLOCK_K per K tile)."""
+    if USE_TMA:
+        x_src = x_ptr
+        w_src = w_ptr
+    else:
+        x_src = x_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+        w_src = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    return x_src, w_src
+
+
+@triton.jit
+def _load_k_tile(x_src, w_src, row_m0, row_n0, k0, offs_k, K, USE_TMA: tl.constexpr):
+    """The x and weight-code tiles at K offset k0: TMA loads from the descriptors x_src / w_src (the
+    hardware zero-fills out-of-bounds rows and the K tail), or masked loads from the pointer tiles
+    x_src / w_src (already advanced to k0; the K tail reads zeros)."""
+    if USE_TMA:
+        x = x_src.load([row_m0, k0])
+        w = w_src.load([row_n0, k0])
+    else:
+        kmask = offs_k[None, :] < K - k0
+        x = tl.load(x_src, mask=kmask, other=0.0)
+        w = tl.load(w_src, mask=kmask, other=0.0)
+    return x, w
+
+
+@triton.jit
 def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr):
     """e4m3 codes (fp8e4nv if HW_FP8, else uint8) -> exact values in DTYPE (bf16/fp16/fp32 hold every
     e4m3 value exactly)."""
@@ -159,16 +201,8 @@ def _w8a16_gemm_kernel(
         DTYPE: tl.constexpr = x_ptr.dtype
     else:
         DTYPE: tl.constexpr = x_ptr.dtype.element_ty
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    # Edge tiles re-read valid rows instead of masking (results of wrapped rows are never stored).
-    rows_m = offs_m % M
-    rows_n = offs_n % N
-    if not USE_TMA:
-        x_ptrs = x_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-        w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    x_src, w_src = _k_tile_sources(x_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if WSCALE == _W_MX32:
         ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
         offs_g = tl.arange(0, BLOCK_K // _MX)
@@ -181,13 +215,7 @@ def _w8a16_gemm_kernel(
 
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         k0 = kt * BLOCK_K
-        if USE_TMA:
-            x = x_ptr.load([pid_m * BLOCK_M, k0])
-            codes = w_ptr.load([pid_n * BLOCK_N, k0])
-        else:
-            kmask = offs_k[None, :] < K - k0
-            x = tl.load(x_ptrs, mask=kmask, other=0.0)
-            codes = tl.load(w_ptrs, mask=kmask, other=0.0)
+        x, codes = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if WSCALE == _W_MX32 and MX_PRESCALE:
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16
             # unless it underflows: module docstring). The [BLOCK_N, BLOCK_K // 32] exponents are
@@ -211,8 +239,8 @@ def _w8a16_gemm_kernel(
         else:
             acc = _mma(x, w, acc, SWAP_AB, DOT_F32)
         if not USE_TMA:
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
+            x_src += BLOCK_K
+            w_src += BLOCK_K
 
     if WSCALE == _W_TENSOR:
         acc = acc * tl.load(ws_ptr)
@@ -240,15 +268,8 @@ def _w8a8_gemm_kernel(
     blocks (sm_90 TMA bulk copies; out-of-bounds rows and the K tail are zero-filled by the hardware, so
     no masks); otherwise plain pointers.
     """
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    rows_m = offs_m % M
-    rows_n = offs_n % N
-    if not USE_TMA:
-        x_ptrs = xq_ptr + rows_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-        w_ptrs = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+    pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    x_src, w_src = _k_tile_sources(xq_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if SCALES == _A8_GROUP_BLOCK:
         xs_row = xs_ptr + rows_m.to(tl.int64) * stride_xs
         ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
@@ -256,13 +277,7 @@ def _w8a8_gemm_kernel(
 
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         k0 = kt * BLOCK_K
-        if USE_TMA:
-            a = xq_ptr.load([pid_m * BLOCK_M, k0])
-            b = w_ptr.load([pid_n * BLOCK_N, k0])
-        else:
-            kmask = offs_k[None, :] < K - k0
-            a = tl.load(x_ptrs, mask=kmask, other=0.0)
-            b = tl.load(w_ptrs, mask=kmask, other=0.0)
+        a, b = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if not HW_FP8:
             # sm_80: exact software decode, bf16 MMA (same products as an fp8 MMA).
             a = e4m3_to_f32(a).to(tl.bfloat16)
@@ -281,8 +296,8 @@ def _w8a8_gemm_kernel(
         else:
             acc = _mma(a, b, acc, False, DOT_F32)
         if not USE_TMA:
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
+            x_src += BLOCK_K
+            w_src += BLOCK_K
 
     if SCALES == _A8_TENSOR_TENSOR:
         acc = acc * (tl.load(xs_ptr) * tl.load(ws_ptr))

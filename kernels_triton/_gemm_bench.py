@@ -1,9 +1,10 @@
 """Timing of the Triton prefill GEMMs on a GPU, for the lead and tools/bench (a benchmark, not a test).
 
-Method (as in ../shared/perf/h200_baseline.md): CUDA-graph replay of one call per weight copy, weight
-copies rotating over > 3x the L2 size (so weights come from HBM as in a real model), median over
+Method (as in ../shared/perf/h200_baseline.md, timed by tools/perf/timing.py, the project's one timing
+implementation; so this runs from a repository checkout): CUDA-graph replay of one call per weight copy,
+weight copies rotating over > 3.3x the L2 size (so weights come from HBM as in a real model), median over
 replays; W8A8 times include the dynamic activation quantization unless `act_quant=False`. A config that
-fails to compile or run is reported as failed with its error, never as a slow time.
+fails to compile, run or be captured in a graph is reported as failed with its error, never as a slow time.
 
     python -m kernels_triton._gemm_bench --m 4096 --shapes 4096x4096,28672x4096 --all-configs
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-import statistics
+import functools
 
 import torch
 
@@ -39,14 +39,21 @@ class GemmTiming:
     error: str = ""
 
 
+@functools.lru_cache(maxsize=None)
+def _timer():
+    from tools.perf.timing import CudaTimer
+    return CudaTimer()  # one per process: it keeps one capture stream for its life
+
+
 def time_prefill(fmt: str, act: str, m: int, n: int, k: int, config: GemmConfig | None = None, *,
                  act_quant: bool = True, replays: int = 20, x_dtype: torch.dtype = torch.bfloat16) -> GemmTiming:
+    from tools.perf.timing import RotationPolicy, l2_bytes, one_rotation
+
     tgt = detect(torch.device("cuda"))
     cand = TritonW8A16Gemm() if Act(act) is Act.BF16 else TritonW8A8Gemm()
     g = torch.Generator(device="cuda").manual_seed(0)
     base = dispatch.quantize(torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16), fmt, act=act)
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    copies = max(2, math.ceil(3 * l2 / base.nbytes) + 1)
+    copies = RotationPolicy().copies(base.nbytes, l2_bytes(torch.device("cuda", torch.cuda.current_device())))
     qws = [base] + [dispatch.QWeight(base.format, base.act, base.qdata.clone(), base.scale.clone())
                     for _ in range(copies - 1)]
     x = torch.randn(m, k, device="cuda", generator=g).to(x_dtype)
@@ -65,27 +72,12 @@ def time_prefill(fmt: str, act: str, m: int, n: int, k: int, config: GemmConfig 
             return cand.run(x, qws[i], preps[i], None, torch.bfloat16, cfg)
 
     try:
-        for i in range(copies):
-            call(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(copies):
-                call(i)
-        graph.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(replays):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            graph.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3 / copies)
+        t = _timer().time(call, copies, one_rotation(replays))
     except Exception as e:  # a failed config is a result (recorded with its error), not a slow time
         return GemmTiming(fmt, act, m, n, k, cfg, None, None, f"{type(e).__name__}: {str(e)[:300]}")
-    us = statistics.median(times)
-    return GemmTiming(fmt, act, m, n, k, cfg, us, 2 * m * n * k / (us * 1e-6) / 1e12)
+    if t.us is None:  # graph capture failed: a failure here, not an eager stand-in (this number is graph replay)
+        return GemmTiming(fmt, act, m, n, k, cfg, None, None, t.note)
+    return GemmTiming(fmt, act, m, n, k, cfg, t.us, 2 * m * n * k / (t.us * 1e-6) / 1e12)
 
 
 def main(argv: list[str] | None = None) -> None:

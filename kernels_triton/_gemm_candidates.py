@@ -11,38 +11,16 @@ from typing import Any, Sequence
 import torch
 
 from dispatch.formats import Act, Format, QWeight
-from dispatch.problem import Candidate, KernelConfig, Problem, Support
+from dispatch.problem import Candidate, KernelConfig, Problem
 from dispatch.target import Target, detect
 
 from ._gemm_config import GemmConfig, w8a8_configs, w8a16_configs
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
-from .candidates import target_support, triton_available
-
-_W8A16_X = (torch.bfloat16, torch.float16)
-_W8A8_X = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works
-_OUT = (torch.bfloat16, torch.float16, torch.float32)
+from .candidates import TritonCandidate
 
 
-def _common(problem: Problem, target: Target, x_dtypes: tuple[torch.dtype, ...], why_x: str) -> Support:
-    t = target_support(target)
-    if not t:
-        return t
-    if problem.x_dtype not in x_dtypes:
-        return Support.no(f"activations of dtype {problem.x_dtype} are not supported: {why_x}")
-    if problem.out_dtype not in _OUT:
-        return Support.no(f"output dtype {problem.out_dtype} is not supported (bf16, fp16, fp32)")
-    return t
-
-
-class _GemmCandidate(Candidate):
-    backend = "triton"
+class _GemmCandidate(TritonCandidate):
     config_type = GemmConfig
-
-    def available(self) -> Support:
-        return triton_available()
-
-    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        return self.configs(problem, target)[0]
 
 
 class TritonW8A16Gemm(_GemmCandidate):
@@ -55,11 +33,10 @@ class TritonW8A16Gemm(_GemmCandidate):
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py")
-
-    def supports(self, problem: Problem, target: Target) -> Support:
-        if problem.act is not Act.BF16:
-            return Support.no("serves W8A16 (act='bf16') only; W8A8 is triton.w8a8_gemm")
-        return _common(problem, target, _W8A16_X, "bf16/fp16 only (an fp32 tensor-core dot would run as TF32)")
+    act = Act.BF16
+    sibling = "triton.w8a8_gemm"
+    x_dtypes = (torch.bfloat16, torch.float16)
+    x_dtypes_note = ": bf16/fp16 only (an fp32 tensor-core dot would run as TF32)"
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16, problem.k)
@@ -89,13 +66,15 @@ class TritonW8A8Gemm(_GemmCandidate):
     serves = frozenset((f, Act.FP8) for f in W8A8_LAYOUT)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py")
+    act = Act.FP8
+    sibling = "triton.w8a16_gemm"
+    x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works
+    x_dtypes_note = ": bf16/fp16/fp32"
 
-    def supports(self, problem: Problem, target: Target) -> Support:
-        if problem.act is not Act.FP8:
-            return Support.no("serves W8A8 (act='fp8') only; W8A16 is triton.w8a16_gemm")
+    def format_reason(self, problem: Problem) -> str:
         if problem.fmt not in W8A8_LAYOUT:
-            return Support.no(f"{problem.fmt} has no W8A8 mode (e8m0 groups along K have no activation scheme)")
-        return _common(problem, target, _W8A8_X, "bf16/fp16/fp32")
+            return f"{problem.fmt} has no W8A8 mode (e8m0 groups along K have no activation scheme)"
+        return ""
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return w8a8_configs(target, W8A8_LAYOUT[problem.fmt], problem.k)

@@ -86,6 +86,17 @@ class GemmConfig(KernelConfig):
 
 # --- Defaults and autotune spaces per target ------------------------------------------------------------
 
+def _tiles(*tiles: tuple[int, int, int, int, int], swap_ab: bool = False) -> list[GemmConfig]:
+    """Configs from (block_m, block_n, block_k, num_warps, num_stages) rows, in order; group_m is 8 in
+    every space."""
+    return [GemmConfig(bm, bn, bk, 8, warps, stages, swap_ab=swap_ab) for bm, bn, bk, warps, stages in tiles]
+
+
+# bf16/fp16 mma.sync without fp8 MMA (sm_80 W8A8 on exactly decoded codes; W8A16 on every mma.sync target).
+_MMA_SYNC_BF16 = ((128, 128, 64, 8, 3), (128, 128, 32, 4, 4), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3),
+                  (64, 64, 64, 4, 3))
+
+
 def _legal_unique(space: list[GemmConfig], why_not) -> list[GemmConfig]:
     out: list[GemmConfig] = []
     for c in space:
@@ -102,51 +113,21 @@ def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None) -> list
         # Each K tile's product is waited for and scaled in registers next to the fp32 accumulator, so a
         # thread holds two accumulators: 64x128 per warpgroup (64 + 64 registers) leaves headroom, while
         # 128x256 tiles hit the 255-register limit (AOT: reg=255).
-        space = [
-            GemmConfig(128, 128, 128, 8, 8, 4),
-            GemmConfig(128, 256, 128, 8, 8, 3),
-            GemmConfig(128, 128, 128, 8, 4, 4),
-            GemmConfig(256, 128, 128, 8, 8, 3),
-            GemmConfig(64, 128, 128, 8, 4, 4),
-            GemmConfig(128, 64, 128, 8, 4, 4),
-        ]
+        space = _tiles((128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (128, 128, 128, 4, 4), (256, 128, 128, 8, 3),
+                       (64, 128, 128, 4, 4), (128, 64, 128, 4, 4))
     elif target.has_wgmma:
-        space = [
-            GemmConfig(128, 256, 128, 8, 8, 3),
-            GemmConfig(128, 256, 128, 8, 8, 4),
-            GemmConfig(256, 128, 128, 8, 8, 3),
-            GemmConfig(128, 128, 128, 8, 4, 4),
-            GemmConfig(128, 128, 128, 8, 8, 4),
-            GemmConfig(64, 256, 128, 8, 4, 4),
-            GemmConfig(128, 64, 128, 8, 4, 4),
-            GemmConfig(64, 128, 128, 8, 4, 4),
-        ]
+        space = _tiles((128, 256, 128, 8, 3), (128, 256, 128, 8, 4), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
+                       (128, 128, 128, 8, 4), (64, 256, 128, 4, 4), (128, 64, 128, 4, 4), (64, 128, 128, 4, 4))
     elif target.is_rocm:
         # gfx12 WMMA (wave32): 128x128x64 with 8 waves is the largest tile without VGPR spills (AOT-checked:
         # ScratchSize 0); the AMD stream pipeliner wants 2 stages.
-        space = [
-            GemmConfig(128, 128, 64, 8, 8, 2),
-            GemmConfig(64, 128, 64, 8, 8, 2),
-            GemmConfig(128, 64, 64, 8, 8, 2),
-            GemmConfig(128, 128, 32, 8, 8, 2),
-            GemmConfig(64, 64, 64, 8, 4, 2),
-        ]
+        space = _tiles((128, 128, 64, 8, 2), (64, 128, 64, 8, 2), (128, 64, 64, 8, 2), (128, 128, 32, 8, 2),
+                       (64, 64, 64, 4, 2))
     elif target.has_fp8_mma:  # mma.sync fp8 (sm_89): ~100 KiB of shared memory, no wgmma
-        space = [
-            GemmConfig(128, 128, 128, 8, 8, 3),
-            GemmConfig(128, 128, 64, 8, 4, 4),
-            GemmConfig(64, 128, 128, 8, 4, 3),
-            GemmConfig(128, 64, 128, 8, 4, 3),
-            GemmConfig(64, 64, 128, 8, 4, 3),
-        ]
+        space = _tiles((128, 128, 128, 8, 3), (128, 128, 64, 4, 4), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3),
+                       (64, 64, 128, 4, 3))
     else:  # sm_80: uint8 codes decoded to bf16, bf16 mma.sync
-        space = [
-            GemmConfig(128, 128, 64, 8, 8, 3),
-            GemmConfig(128, 128, 32, 8, 4, 4),
-            GemmConfig(64, 128, 64, 8, 4, 3),
-            GemmConfig(128, 64, 64, 8, 4, 3),
-            GemmConfig(64, 64, 64, 8, 4, 3),
-        ]
+        space = _tiles(*_MMA_SYNC_BF16)
     if target.has_wgmma and (k is None or k % 16 == 0):
         space = [dataclasses.replace(c, tma=True) for c in space[:4]] + space
     return _legal_unique(space, lambda c: c.legal_for_w8a8(scales))
@@ -158,51 +139,26 @@ def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = 
     the pointer default (the pointer path is the one whose structure the AOT tests pin)."""
     if fp16_x and wscale is WScale.MX32:
         # 2^e is applied to 32-deep partial products (see legal_for_w8a16).
-        space = [GemmConfig(64, 64, 32, 8, 4, 2)] if target.is_rocm else []
-        space += [GemmConfig(128, 128, 32, 8, 4, 6, swap_ab=target.has_wgmma),
-                 GemmConfig(256, 128, 32, 8, 8, 5, swap_ab=target.has_wgmma),
-                 GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(64, 128, 32, 8, 4, 4)]
+        space = _tiles((64, 64, 32, 4, 2)) if target.is_rocm else []
+        space += _tiles((128, 128, 32, 4, 6), (256, 128, 32, 8, 5), swap_ab=target.has_wgmma)
+        space += _tiles((128, 128, 32, 4, 4), (64, 128, 32, 4, 4))
     elif target.has_wgmma and wscale is WScale.MX32:
         # block_k = 128: the [block_n, 4] e8m0 exponents of a tile are 4 contiguous bytes per row, which
         # the pipeliner can copy asynchronously; at block_k = 64 (2 bytes) they are a synchronous load.
-        space = [
-            GemmConfig(128, 128, 128, 8, 4, 4, swap_ab=True),
-            GemmConfig(256, 128, 128, 8, 8, 2, swap_ab=True),
-            GemmConfig(128, 256, 128, 8, 8, 3, swap_ab=True),
-            GemmConfig(256, 128, 64, 8, 8, 4, swap_ab=True),
-            GemmConfig(128, 128, 64, 8, 4, 4, swap_ab=True),
-            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=False),
-        ]
+        space = _tiles((128, 128, 128, 4, 4), (256, 128, 128, 8, 2), (128, 256, 128, 8, 3), (256, 128, 64, 8, 4),
+                       (128, 128, 64, 4, 4), swap_ab=True) + _tiles((128, 256, 64, 8, 3))
     elif target.has_wgmma:
         # swap_ab: the weight is wgmma's A operand, straight from registers after the decode, and the
         # token tile is the instruction's N (m64n256k16 with block_m = 256).
-        space = [
-            GemmConfig(256, 128, 64, 8, 8, 4, swap_ab=True),
-            GemmConfig(128, 128, 64, 8, 4, 4, swap_ab=True),
-            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=True),
-            GemmConfig(256, 128, 128, 8, 8, 2, swap_ab=True),
-            GemmConfig(128, 128, 128, 8, 4, 4, swap_ab=True),
-            GemmConfig(128, 128, 64, 8, 8, 4, swap_ab=False),
-            GemmConfig(128, 256, 64, 8, 8, 3, swap_ab=False),
-        ]
+        space = _tiles((256, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 128, 8, 2),
+                       (128, 128, 128, 4, 4), swap_ab=True) + _tiles((128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
     elif target.is_rocm:
         # The in-register decode costs VGPRs: 128x128x32 with 8 waves is spill-free for every layout
         # (AOT-checked); 64-deep K tiles spill on 128x128.
-        space = [
-            GemmConfig(128, 128, 32, 8, 8, 2),
-            GemmConfig(64, 128, 64, 8, 8, 2),
-            GemmConfig(128, 64, 64, 8, 8, 2),
-            GemmConfig(64, 64, 64, 8, 4, 2),
-            GemmConfig(64, 128, 32, 8, 4, 2),
-        ]
+        space = _tiles((128, 128, 32, 8, 2), (64, 128, 64, 8, 2), (128, 64, 64, 8, 2), (64, 64, 64, 4, 2),
+                       (64, 128, 32, 4, 2))
     else:
-        space = [
-            GemmConfig(128, 128, 64, 8, 8, 3),
-            GemmConfig(128, 128, 32, 8, 4, 4),
-            GemmConfig(64, 128, 64, 8, 4, 3),
-            GemmConfig(128, 64, 64, 8, 4, 3),
-            GemmConfig(64, 64, 64, 8, 4, 3),
-        ]
+        space = _tiles(*_MMA_SYNC_BF16)
     if target.has_wgmma and (k is None or k % 16 == 0):
         space = space[:1] + [dataclasses.replace(c, tma=True) for c in space[:3]] + space[1:]
     return _legal_unique(space, lambda c: c.legal_for_w8a16(wscale, fp16_x))

@@ -13,6 +13,7 @@ the indexing and the arithmetic, NOT a GPU validation.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -59,6 +60,27 @@ def _check(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None) -> tuple[i
     return m, n, k
 
 
+def kernel_group(cfg: GemvConfig, wscale: WScale) -> int:
+    """The kernel's G: the innermost K width of the FMA path's [BLOCK_N, BLOCK_K // G, G] tiles, i.e. the
+    weight scale group along K (so group scales broadcast without reshapes); BLOCK_K without groups and
+    on the tensor-core path (whole K tiles)."""
+    if cfg.use_dot:
+        return cfg.block_k
+    if wscale is WScale.MX32:
+        return 32
+    if wscale is WScale.BLOCK128:
+        return min(cfg.block_k, 128)
+    return cfg.block_k
+
+
+def gemv_constexprs(wscale: WScale, a_mode: int, cfg: GemvConfig, *, hw: bool, cvt: bool, ieee: bool,
+                    has_bias: bool, direct: bool) -> dict[str, Any]:
+    """The constexpr arguments of `_gemv_kernel` for one launch (the ISA report compiles the same ones)."""
+    return dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
+                HAS_BIAS=has_bias, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k, G=kernel_group(cfg, wscale), NUM_STAGES=cfg.num_stages)
+
+
 def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
     w = qw.qdata if hw else qw.qdata.view(torch.uint8)
     if qw.format is Format.MXFP8:
@@ -83,14 +105,6 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg
     out = torch.empty((m, n), dtype=out_dtype, device=x_arg.device)
     direct = split == 1
     part = out if direct else torch.empty((split, m, n), dtype=torch.float32, device=x_arg.device)
-    if cfg.use_dot:
-        g = cfg.block_k
-    elif wscale is WScale.MX32:
-        g = 32
-    elif wscale is WScale.BLOCK128:
-        g = min(cfg.block_k, 128)
-    else:
-        g = cfg.block_k
     ieee = interpret or x_arg.dtype == torch.float32
     bias_arg = bias if bias is not None else out
     grid = (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m))
@@ -98,9 +112,7 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg
         x_arg, xs_arg, w, ws, bias_arg, out, part,
         m, n, k, split,
         x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
-        WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
-        HAS_BIAS=bias is not None, DIRECT_OUT=direct,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, G=g, NUM_STAGES=cfg.num_stages,
+        **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct),
         num_warps=cfg.num_warps,
     )
     if not direct:

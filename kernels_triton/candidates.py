@@ -8,8 +8,9 @@ Importing this module does not import triton or touch a device; `available()` sa
 
 from __future__ import annotations
 
+import abc
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -20,6 +21,8 @@ from dispatch.target import Target
 from .configs import GEMV_MAX_M, GemvConfig, gemv_configs
 
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_MODE = {Act.BF16: "W8A16", Act.FP8: "W8A8"}
 _GROUP_K = {Format.FP8_TENSOR: 0, Format.FP8_ROW: 0, Format.FP8_BLOCK: 128, Format.MXFP8: 32}
 
 
@@ -46,17 +49,48 @@ def target_support(target: Target) -> Support:
     return Support.yes()
 
 
-def _common_support(problem: Problem, target: Target) -> Support:
-    t = target_support(target)
-    if not t:
+class TritonCandidate(Candidate):
+    """What every Triton candidate shares: availability, the support answer (in this order: activation
+    mode, format, target, problem size, dtypes) and the default config (the first of the space)."""
+
+    backend = "triton"
+    act: ClassVar[Act]  # the activation mode served; the other one is `sibling`'s
+    sibling: ClassVar[str]
+    x_dtypes: ClassVar[tuple[torch.dtype, ...]]
+    x_dtypes_note: ClassVar[str]  # appended to the "activations of dtype ... are not supported" reason
+
+    def available(self) -> Support:
+        return triton_available()
+
+    def format_reason(self, problem: Problem) -> str:
+        """Why this candidate cannot serve problem.fmt ('' if it can)."""
+        return ""
+
+    def size_reason(self, problem: Problem) -> str:
+        """Why this candidate does not serve the problem's size ('' if it does)."""
+        return ""
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if problem.act is not self.act:
+            return Support.no(f"serves {_MODE[self.act]} (act='{self.act.value}') only; "
+                              f"{_MODE[problem.act]} is {self.sibling}")
+        why = self.format_reason(problem)
+        if why:
+            return Support.no(why)
+        t = target_support(target)
+        if not t:
+            return t
+        why = self.size_reason(problem)
+        if why:
+            return Support.no(why)
+        if problem.x_dtype not in self.x_dtypes:
+            return Support.no(f"activations of dtype {problem.x_dtype} are not supported{self.x_dtypes_note}")
+        if problem.out_dtype not in _OUT_DTYPES:
+            return Support.no(f"output dtype {problem.out_dtype} is not supported (bf16, fp16, fp32)")
         return t
-    if problem.m > GEMV_MAX_M:
-        return Support.no(f"M = {problem.m} is above the decode range (M <= {GEMV_MAX_M}); the prefill GEMM serves it")
-    if problem.x_dtype not in _X_DTYPES:
-        return Support.no(f"activations of dtype {problem.x_dtype} are not supported (bf16, fp16, fp32)")
-    if problem.out_dtype not in _X_DTYPES:
-        return Support.no(f"output dtype {problem.out_dtype} is not supported (bf16, fp16, fp32)")
-    return t
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        return self.configs(problem, target)[0]
 
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels (the H200 GPU suite of 2026-11-29:
@@ -64,20 +98,30 @@ def _common_support(problem: Problem, target: Target) -> Support:
 # sm_89 and gfx1201 are compile-checked only (tools/isa_report): explain() says "not yet run on hardware" there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
-class _GemvCandidate(Candidate):
-    backend = "triton"
+class _GemvCandidate(TritonCandidate):
     config_type = GemvConfig
     source_files = ("kernels_triton/_gemv_kernels.py", "kernels_triton/_gemv.py", "kernels_triton/_fp8.py",
                     "kernels_triton/_act_quant.py", "kernels_triton/configs.py")
+    x_dtypes = _X_DTYPES
+    x_dtypes_note = " (bf16, fp16, fp32)"
 
-    def available(self) -> Support:
-        return triton_available()
+    @staticmethod
+    @abc.abstractmethod
+    def _launcher() -> Callable[..., torch.Tensor]:
+        """The kernels_triton._gemv launcher (imported on first use: it imports triton)."""
+
+    def size_reason(self, problem: Problem) -> str:
+        if problem.m > GEMV_MAX_M:
+            return f"M = {problem.m} is above the decode range (M <= {GEMV_MAX_M}); the prefill GEMM serves it"
+        return ""
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return gemv_configs(problem, target, _GROUP_K[problem.fmt])
 
-    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        return self.configs(problem, target)[0]
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        assert isinstance(config, GemvConfig)
+        return self._launcher()(x2d, qw, bias, out_dtype, config)
 
 
 class TritonW8A16Gemv(_GemvCandidate):
@@ -86,17 +130,13 @@ class TritonW8A16Gemv(_GemvCandidate):
 
     id = "triton.w8a16_gemv"
     serves = frozenset((f, Act.BF16) for f in Format)
+    act = Act.BF16
+    sibling = "triton.w8a8_gemv"
 
-    def supports(self, problem: Problem, target: Target) -> Support:
-        if problem.act is not Act.BF16:
-            return Support.no("serves W8A16 (act='bf16') only; W8A8 is triton.w8a8_gemv")
-        return _common_support(problem, target)
-
-    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
-            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
-        from ._gemv import w8a16_gemv
-        assert isinstance(config, GemvConfig)
-        return w8a16_gemv(x2d, qw, bias, out_dtype, config)
+    @staticmethod
+    def _launcher() -> Callable[..., torch.Tensor]:
+        from ._gemv import w8a16_gemv  # imports triton: only when a launch runs
+        return w8a16_gemv
 
 
 class TritonW8A8Gemv(_GemvCandidate):
@@ -106,19 +146,18 @@ class TritonW8A8Gemv(_GemvCandidate):
 
     id = "triton.w8a8_gemv"
     serves = frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
+    act = Act.FP8
+    sibling = "triton.w8a16_gemv"
 
-    def supports(self, problem: Problem, target: Target) -> Support:
-        if problem.act is not Act.FP8:
-            return Support.no("serves W8A8 (act='fp8') only; W8A16 is triton.w8a16_gemv")
+    @staticmethod
+    def _launcher() -> Callable[..., torch.Tensor]:
+        from ._gemv import w8a8_gemv  # imports triton: only when a launch runs
+        return w8a8_gemv
+
+    def format_reason(self, problem: Problem) -> str:
         if problem.fmt is Format.MXFP8:
-            return Support.no("mxfp8 has no W8A8 mode (e8m0 groups along K have no matching activation scheme)")
-        return _common_support(problem, target)
-
-    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
-            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
-        from ._gemv import w8a8_gemv
-        assert isinstance(config, GemvConfig)
-        return w8a8_gemv(x2d, qw, bias, out_dtype, config)
+            return "mxfp8 has no W8A8 mode (e8m0 groups along K have no matching activation scheme)"
+        return ""
 
 
 def candidates() -> list[Candidate]:

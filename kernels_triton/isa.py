@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from dispatch.isa import IsaRow
 from dispatch.target import Target
@@ -44,23 +44,41 @@ class IsaVariant:
         return GPUTarget("hip", self.target, 32)
 
 
-def _attrs(fn, signature: dict[str, str], ints: tuple[str, ...]) -> dict:
-    """tt.divisibility=16 on pointers and the listed ints: what the JIT infers for K % 16 == 0 problems."""
+def divisibility_attrs(fn, signature: dict[str, str], ints: Sequence[str]) -> dict:
+    """tt.divisibility=16 on pointers and the listed ints: what the JIT infers for K % 16 == 0 problems
+    (the common case, and the one whose vector widths the report should show)."""
     names = list(fn.arg_names)
     return {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
             if v != "constexpr" and (v.startswith("*") or k in ints)}
 
 
+def variant(kernel: str, target: Target, fn, signature: dict[str, str], constexprs: dict[str, Any], num_warps: int,
+            num_stages: int, ints: Sequence[str]) -> IsaVariant:
+    """The variant of `fn` for `target`: `constexprs` are appended to the signature, `supported` is what the
+    candidates' target predicate says, and pointers plus `ints` carry the divisibility hints."""
+    from .candidates import target_support  # the predicate every Triton candidate starts from
+
+    sig = dict(signature, **{k: "constexpr" for k in constexprs})
+    return IsaVariant(kernel, target.arch, fn, sig, constexprs, num_warps, num_stages, bool(target_support(target)),
+                      divisibility_attrs(fn, sig, ints))
+
+
+def _fp8_path(arch: str) -> tuple[Target, bool, bool]:
+    """(target, fp8 travels as fp8e4nv, the hardware e4m3 cast is exact) for `arch`."""
+    from .configs import exact_hw_e4m3_cast
+
+    t = Target.simulated_for(arch)
+    hw = t.has_triton_fp8_dtype
+    return t, hw, hw and exact_hw_e4m3_cast(t)
+
+
 def _gemv_variants(arch: str) -> list[IsaVariant]:
     from . import _gemv_kernels as K
     from ._gemm_layouts import WScale
-    from .candidates import target_support
-    from .configs import GemvConfig, exact_hw_e4m3_cast
+    from ._gemv import gemv_constexprs
+    from .configs import GemvConfig
 
-    t = Target.simulated_for(arch)
-    sup = bool(target_support(t))
-    hw = t.has_triton_fp8_dtype
-    cvt = hw and exact_hw_e4m3_cast(t)
+    t, hw, cvt = _fp8_path(arch)
     out: list[IsaVariant] = []
 
     def add(name: str, wscale: WScale, a_mode: int, cfg: GemvConfig, x: str = "bf16", direct: bool = True):
@@ -69,21 +87,9 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
                "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16",
                "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
                "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
-        if cfg.use_dot:
-            g = cfg.block_k
-        elif wscale is WScale.MX32:
-            g = 32
-        elif wscale is WScale.BLOCK128:
-            g = min(cfg.block_k, 128)
-        else:
-            g = cfg.block_k
-        cx = dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=False,
-                  HAS_BIAS=True, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                  BLOCK_K=cfg.block_k, G=g, NUM_STAGES=cfg.num_stages)
-        for k in cx:
-            sig[k] = "constexpr"
-        out.append(IsaVariant(name, arch, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages, sup,
-                              _attrs(K._gemv_kernel, sig, ("N", "K", "stride_xm", "stride_om"))))
+        cx = gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=False, has_bias=True, direct=direct)
+        out.append(variant(name, t, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
+                           ("N", "K", "stride_xm", "stride_om")))
 
     fma = GemvConfig(1, 32, 256)
     dot = GemvConfig(16, 64, 128)
@@ -98,21 +104,16 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
         add(f"w8a8_gemv_mma_fusedq[{n}]", ws, 2, dot)
         add(f"w8a8_gemv_mma[{n}]", ws, 1, dot)
     sig = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "SPLIT_K": "i32",
-           "stride_om": "i32", "HAS_BIAS": "constexpr", "BLOCK": "constexpr"}
-    out.append(IsaVariant("gemv_splitk_reduce", arch, K._gemv_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
-                          sup, _attrs(K._gemv_reduce, sig, ("N", "stride_om"))))
+           "stride_om": "i32"}
+    out.append(variant("gemv_splitk_reduce", t, K._gemv_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
+                       ("N", "stride_om")))
     return out
 
 
 def _act_quant_variants(arch: str) -> list[IsaVariant]:
     from . import _act_quant as A
-    from .candidates import target_support
-    from .configs import exact_hw_e4m3_cast
 
-    t = Target.simulated_for(arch)
-    sup = bool(target_support(t))
-    hw = t.has_triton_fp8_dtype
-    cvt = hw and exact_hw_e4m3_cast(t)
+    t, hw, cvt = _fp8_path(arch)
     q = "*fp8e4nv" if hw else "*u8"
     specs = [
         ("act_quant_per_token", A._per_token_kernel,
@@ -131,14 +132,10 @@ def _act_quant_variants(arch: str) -> list[IsaVariant]:
          {"x_ptr": "*bf16", "q_ptr": q, "s_ptr": "*fp32", "amax_bits_ptr": "*i32", "NUMEL": "i32"},
          {"HW_FP8": hw, "HW_CVT": cvt, "BLOCK": 2048}, ("NUMEL",)),
     ]
-    out = []
-    for name, fn, sig, cx, ints in specs:
-        sig = dict(sig, **{k: "constexpr" for k in cx})
-        out.append(IsaVariant(name, arch, fn, sig, cx, 4, 1, sup, _attrs(fn, sig, ints)))
-    return out
+    return [variant(name, t, fn, sig, cx, 4, 1, ints) for name, fn, sig, cx, ints in specs]
 
 
-def _gemm_variants(targets: tuple[str, ...]) -> list[Any]:
+def _gemm_variants(targets: tuple[str, ...]) -> list[IsaVariant]:
     try:
         from ._gemm_isa import gemm_isa_variants
     except ImportError:  # the prefill module is optional for this report
@@ -146,8 +143,8 @@ def _gemm_variants(targets: tuple[str, ...]) -> list[Any]:
     return list(gemm_isa_variants(targets))
 
 
-def all_variants(targets: tuple[str, ...] = ISA_TARGETS, include_gemm: bool = True) -> list[Any]:
-    out: list[Any] = []
+def all_variants(targets: tuple[str, ...] = ISA_TARGETS, include_gemm: bool = True) -> list[IsaVariant]:
+    out: list[IsaVariant] = []
     for arch in targets:
         out += _gemv_variants(arch)
         out += _act_quant_variants(arch)
@@ -167,16 +164,25 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
+# (report name, pattern whose group 1 is the A operand type) per matrix instruction family, first match wins.
+_PTX_MMA = (("wgmma", r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)"),
+            ("mma.sync", r"mma\.sync\.aligned\.[a-z0-9.]*?\.f32\.(\w+)\.(\w+)"))
+_GCN_MMA = (("v_wmma", r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b"),)
+
+
+def _mma_family(asm: str, families: tuple[tuple[str, str], ...]) -> str:
+    """'<family> <A type>' of the first matrix instruction found ('fp8' for any e4m3 flavour), or 'none'."""
+    for family, pattern in families:
+        m = re.search(pattern, asm)
+        if m:
+            a = m.group(1)
+            return f"{family} {'fp8' if 'e4m3' in a or a == 'fp8_fp8' else a}"
+    return "none"
+
+
 def _inspect_cuda(ck) -> dict[str, Any]:
     ptx = ck.asm["ptx"]
-    mma = "none"
-    m = re.search(r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)", ptx)
-    if m:
-        mma = f"wgmma {'fp8' if 'e4m3' in m.group(1) else m.group(1)}"
-    else:
-        m = re.search(r"mma\.sync\.aligned\.[a-z0-9.]*?\.f32\.(\w+)\.(\w+)", ptx)
-        if m:
-            mma = f"mma.sync {'fp8' if 'e4m3' in m.group(1) else m.group(1)}"
+    mma = _mma_family(ptx, _PTX_MMA)
     dec = bool(re.search(r"cvt\.rn\.f16x2\.e4m3x2", ptx))
     enc = bool(re.search(r"cvt\.rn\.satfinite\.e4m3x2\.f32", ptx))
     enc16 = bool(re.search(r"cvt\.rn\.satfinite\.e4m3x2\.f16x2", ptx))
@@ -200,10 +206,7 @@ def _inspect_cuda(ck) -> dict[str, Any]:
 
 def _inspect_hip(ck) -> dict[str, Any]:
     gcn = ck.asm["amdgcn"]
-    mma = "none"
-    m = re.search(r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b", gcn)
-    if m:
-        mma = f"v_wmma {'fp8' if m.group(1) == 'fp8_fp8' else m.group(1)}"
+    mma = _mma_family(gcn, _GCN_MMA)
     cv = set(re.findall(r"v_cvt_(?:pk_)?(?:f32_fp8|fp8_f32)", gcn))
     widest = 0
     for dx, b, u in _GCN_LD.findall(gcn):
@@ -213,13 +216,18 @@ def _inspect_hip(ck) -> dict[str, Any]:
             "spills": int(mm.group(1)) if mm else 0}
 
 
-def compile_and_inspect(v: Any) -> IsaRow:
-    """Compile one variant for its target and describe the code; a compile failure is a row, not a raise."""
+def compile_variant(v: IsaVariant):
+    """triton.compile the variant for its target (no GPU needed). Returns the CompiledKernel."""
     import triton
     from triton.compiler import ASTSource
+    src = ASTSource(fn=v.fn, signature=v.signature, constexprs=v.constexprs, attrs=v.attrs)
+    return triton.compile(src, target=v.gpu_target(), options={"num_warps": v.num_warps, "num_stages": v.num_stages})
+
+
+def compile_and_inspect(v: IsaVariant) -> IsaRow:
+    """Compile one variant for its target and describe the code; a compile failure is a row, not a raise."""
     try:
-        src = ASTSource(fn=v.fn, signature=v.signature, constexprs=v.constexprs, attrs=v.attrs)
-        ck = triton.compile(src, target=v.gpu_target(), options={"num_warps": v.num_warps, "num_stages": v.num_stages})
+        ck = compile_variant(v)
     except Exception as e:  # any compiler error is the report's content
         msg = " ".join(str(e).strip().splitlines()[-3:])[:300]
         return IsaRow("triton", v.kernel, v.target, v.supported, False, error=f"{type(e).__name__}: {msg}")
@@ -231,7 +239,7 @@ def compile_and_inspect(v: Any) -> IsaRow:
         # fp8 typed, yet no conversion instruction: consumed directly by an fp8 MMA, or (gfx1201) Triton
         # lowers the conversions to integer sequences.
         info["fp8_cvt"] = "none" if v.target.startswith("sm_") else "sw (triton lowering)"
-    return IsaRow("triton", v.kernel, v.target, v.supported, True, **info, note=getattr(v, "note", ""))
+    return IsaRow("triton", v.kernel, v.target, v.supported, True, **info, note=v.note)
 
 
 def _compile_index(args: tuple[tuple[str, ...], bool, int]) -> IsaRow:

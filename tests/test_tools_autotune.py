@@ -19,7 +19,7 @@ from dispatch.target import Target, detect
 from dispatch.weight_quant import quantize
 from tools.perf.journal import Journal
 from tools.perf.table_sink import TableSink
-from tools.perf.timing import Ceilings, RotationPolicy, TimingPolicy, WallTimer
+from tools.perf.timing import Ceilings, RotationPolicy, TimingPolicy, WallTimer, one_rotation
 from tools.perf.tuner import TuneEnv, TuneSettings, Tuner
 from tools.perf.verify import Tolerance, check_output
 
@@ -245,6 +245,8 @@ def test_rotation_and_graph_size_arithmetic():
     for ncopies, est in [(1, 1.0), (7, 1.0), (11, 50.0), (100, 1.0)]:
         calls = pol.calls_for(ncopies, est)
         assert calls % ncopies == 0 and calls >= ncopies and calls >= min(20, calls)
+    for ncopies, est in [(1, 0.1), (7, 1e6), (300, 1.0)]:  # the developer benchmarks' graph: one pass
+        assert one_rotation(5).calls_for(ncopies, est) == ncopies
 
 
 def test_wall_timer_measures_exact_fake_costs():

@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 if __package__ in (None, ""):  # `python tools/bench.py`: make the repository importable
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -135,6 +135,34 @@ class Bench:
             if why:
                 raise DeviceLost(f"device unusable after {_short(e)}; check: {why}") from e
 
+    def _pair_rows(self, section: str, pairs: list, fields: dict[str, Any],
+                   measure: Callable[[dict[str, Any], Any, Any], None]) -> None:
+        """One row per (fmt, act) into results[section]: format, act, `fields`, then what measure(row, fmt, act)
+        adds, or the error it raised (a lost device propagates); saved after the last pair."""
+        for fmt, act in pairs:
+            row: dict[str, Any] = {"format": fmt.value, "act": act.value, **fields}
+            try:
+                measure(row, fmt, act)
+            except Exception as e:
+                self._device_lost(e)
+                row.update(status="error", error=_short(e))
+            self.results[section].append(row)
+            print(f"[bench] {section} {row}", flush=True)
+        self.save()
+
+    def _weight_set(self, w: Any, fmt: Any, act: Any, what: str) -> Any:
+        """The rotation copies of `w` quantized to (fmt, act), or None with "<what>: quantize failed: ..."
+        recorded (a lost device propagates)."""
+        from dispatch.weight_quant import quantize
+        from tools.perf.workload import build_weight_set
+
+        try:
+            return build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
+        except Exception as e:
+            self._device_lost(e)
+            self.results["errors"].append(f"{what}: quantize failed: {_short(e)}")
+            return None
+
     @staticmethod
     def _load_tuned(path: str) -> dict[tuple, dict]:
         """(fmt, act, n, k, m, impl) -> config dict of the candidate's fastest correct config in the journal(s)."""
@@ -226,10 +254,9 @@ class Bench:
         print(f"[bench] ceilings: {self.ceilings.to_dict()}", flush=True)
 
     def run_main(self, shapes: list, pairs: list, ms: list[int]) -> None:
-        from dispatch.weight_quant import quantize
         from tools.perf.timing import DeviceLost
         from tools.perf.tuner import _matches
-        from tools.perf.workload import bf16_copies, build_weight_set, make_weight
+        from tools.perf.workload import bf16_copies, make_weight
 
         torch = self.torch
         skip = [s for s in self.args.skip.split(",") if s]
@@ -253,11 +280,8 @@ class Bench:
                     self.results["errors"].append(f"budget spent before {fmt}/{act} {n}x{k}")
                     break
                 t0 = time.perf_counter()
-                try:
-                    ws = build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
-                except Exception as e:
-                    self._device_lost(e)
-                    self.results["errors"].append(f"{fmt}/{act} {n}x{k}: quantize failed: {_short(e)}")
+                ws = self._weight_set(w, fmt, act, f"{fmt}/{act} {n}x{k}")
+                if ws is None:
                     continue
                 cands = [] if self.args.no_candidates else [
                     c for c in self.registry.candidates() if (fmt, act) in c.serves and not _matches(skip, c)]
@@ -331,41 +355,36 @@ class Bench:
 
         torch = self.torch
         w = make_weight(n, k, self.device)
-        for fmt, act in pairs:
-            row: dict[str, Any] = {"format": fmt.value, "act": act.value, "n": n, "k": k}
-            try:
-                qw = dispatch.quantize(w, fmt, act=act.value)  # warm (and compile, if it compiles)
-                out_bytes = qw.nbytes
-                del qw
-                times, peaks = [], []
-                for _ in range(5 if self.cuda else 2):
-                    if self.cuda:
-                        torch.cuda.synchronize()
-                        torch.cuda.reset_peak_memory_stats(self.device)
-                        base = torch.cuda.memory_allocated(self.device)
-                    t0 = time.perf_counter()
-                    qw = dispatch.quantize(w, fmt, act=act.value)
-                    if self.cuda:
-                        torch.cuda.synchronize()
-                    times.append(time.perf_counter() - t0)
-                    if self.cuda:
-                        peaks.append(torch.cuda.max_memory_allocated(self.device) - base)
-                    del qw
-                t = statistics.median(times)
-                moved = 2 * n * k + out_bytes  # bf16 read + codes and scales written
-                copy = (self.ceilings.copy_gbps if self.ceilings else None) or self.target.spec.mem_gbps
+
+        def measure(row: dict[str, Any], fmt: Any, act: Any) -> None:
+            qw = dispatch.quantize(w, fmt, act=act.value)  # warm (and compile, if it compiles)
+            out_bytes = qw.nbytes
+            del qw
+            times, peaks = [], []
+            for _ in range(5 if self.cuda else 2):
                 if self.cuda:
-                    row.update(self._quantizer_kernel_time(w, fmt, moved, copy))
-                row.update(status="ok", ms=t * 1e3, gbps=moved / t / 1e9, pct_copy_bw=100 * moved / t / 1e9 / copy,
-                           bytes_moved=moved, output_bytes=out_bytes,
-                           peak_transient_bytes=(max(peaks) - out_bytes) if peaks else None,
-                           note="host-timed (quantize may synchronize); peak = max_memory_allocated - before - output")
-            except Exception as e:
-                self._device_lost(e)
-                row.update(status="error", error=_short(e))
-            self.results["quantizer"].append(row)
-            print(f"[bench] quantizer {row}", flush=True)
-        self.save()
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                    base = torch.cuda.memory_allocated(self.device)
+                t0 = time.perf_counter()
+                qw = dispatch.quantize(w, fmt, act=act.value)
+                if self.cuda:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                if self.cuda:
+                    peaks.append(torch.cuda.max_memory_allocated(self.device) - base)
+                del qw
+            t = statistics.median(times)
+            moved = 2 * n * k + out_bytes  # bf16 read + codes and scales written
+            copy = (self.ceilings.copy_gbps if self.ceilings else None) or self.target.spec.mem_gbps
+            if self.cuda:
+                row.update(self._quantizer_kernel_time(w, fmt, moved, copy))
+            row.update(status="ok", ms=t * 1e3, gbps=moved / t / 1e9, pct_copy_bw=100 * moved / t / 1e9 / copy,
+                       bytes_moved=moved, output_bytes=out_bytes,
+                       peak_transient_bytes=(max(peaks) - out_bytes) if peaks else None,
+                       note="host-timed (quantize may synchronize); peak = max_memory_allocated - before - output")
+
+        self._pair_rows("quantizer", pairs, {"n": n, "k": k}, measure)
 
     def _quantizer_kernel_time(self, w: Any, fmt: Any, moved: int, copy: float) -> dict[str, Any]:
         """Device time of the fused quantizer kernels alone (graph replay), without dispatch.quantize's Python
@@ -393,17 +412,12 @@ class Bench:
         from tools.perf.workload import make_weight
 
         w = make_weight(n, k, self.device)
-        for fmt, act in pairs:
-            row: dict[str, Any] = {"format": fmt.value, "act": act.value, "n": n, "k": k, "m": 1}
-            try:
-                qw = dispatch.quantize(w, fmt, act=act.value)
-                row.update(status="ok", **host_overhead(qw, m=1))
-            except Exception as e:
-                self._device_lost(e)
-                row.update(status="error", error=_short(e))
-            self.results["overhead"].append(row)
-            print(f"[bench] overhead {row}", flush=True)
-        self.save()
+
+        def measure(row: dict[str, Any], fmt: Any, act: Any) -> None:
+            qw = dispatch.quantize(w, fmt, act=act.value)
+            row.update(status="ok", **host_overhead(qw, m=1))
+
+        self._pair_rows("overhead", pairs, {"n": n, "k": k, "m": 1}, measure)
 
     def run_untabled(self, shapes: list, pairs: list, ms: list[int]) -> None:
         from dispatch import reference
@@ -413,7 +427,7 @@ class Bench:
         from dispatch.problem import Problem
         from tools.perf.timing import QUICK
         from tools.perf.tuner import TuneEnv, TuneSettings, Tuner
-        from tools.perf.workload import build_weight_set, make_activation, make_weight
+        from tools.perf.workload import make_activation, make_weight
 
         torch = self.torch
         settings = TuneSettings(skip=tuple(s for s in self.args.skip.split(",") if s), compare_bf16=False,
@@ -429,11 +443,8 @@ class Bench:
                 break
             w = make_weight(shape.n, shape.k, self.device)
             for fmt, act in pairs:
-                try:
-                    ws = build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
-                except Exception as e:
-                    self._device_lost(e)
-                    self.results["errors"].append(f"untabled {fmt}/{act} {shape}: quantize failed: {_short(e)}")
+                ws = self._weight_set(w, fmt, act, f"untabled {fmt}/{act} {shape}")
+                if ws is None:
                     continue
                 for m in ms:
                     problem = Problem(fmt, act, m, shape.n, shape.k, torch.bfloat16, torch.bfloat16, False)

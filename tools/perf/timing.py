@@ -70,6 +70,12 @@ QUICK = TimingPolicy(target_graph_us=300.0, min_calls=20, max_calls=60, replays=
 FINAL = TimingPolicy(target_graph_us=3000.0, min_calls=30, max_calls=400, replays=7, eager_iters=10)
 
 
+def one_rotation(replays: int) -> TimingPolicy:
+    """A graph of exactly one pass over the weight copies, replayed `replays` times: the measure of the
+    backends' developer benchmarks (kernels_cuda.perf, kernels_triton._gemm_bench)."""
+    return TimingPolicy(min_calls=1, max_calls=1, replays=replays, eager_iters=3)
+
+
 @dataclasses.dataclass(frozen=True)
 class Timing:
     us: float | None  # graph replay: median per call (None when the call could not be captured)

@@ -232,6 +232,21 @@ class Tuner:
         return {"us": t.us, "eager_us": t.eager_us, "best_us": t.best_us, "method": t.method,
                 "ncopies": t.ncopies, "calls": t.calls, "replays_us": list(t.replays_us), "note": t.note}
 
+    def _timed(self, c: Candidate, cfg: KernelConfig, ws: WeightSet, x: torch.Tensor, prepared: list[Any],
+               out_dtype: torch.dtype, policy: TimingPolicy, what: str, **extra: Any) -> dict[str, Any]:
+        """Journal fields of `c` timed over the weight copies (`extra` follows the status), or its failure
+        ("<what> raised ..."); a lost device propagates."""
+        copies = ws.copies
+        try:
+            t = self.env.timer.time(lambda i: c.run(x, copies[i], prepared[i], None, out_dtype, cfg),
+                                    ws.ncopies, policy)
+        except DeviceLost:
+            raise
+        except Exception as e:
+            self._device_lost(e)
+            return {"status": "failed", "error": f"{what} raised {_short(e)}", **extra}
+        return {"status": "ok", **extra, **self._timing_fields(t)}
+
     def _quick(self, problem: Problem, c: Candidate, cfg: KernelConfig, ws: WeightSet) -> dict[str, Any]:
         x, ref = self.work.x(problem.m, problem.k), self.work.ref(ws, problem.m)
         try:
@@ -248,30 +263,12 @@ class Tuner:
             return {"status": "failed", "error": f"run() raised {_short(e)}"}
         if not verdict.ok:
             return {"status": "failed", "error": f"wrong result: {verdict.reason}", "rel_err": verdict.rel_err}
-        copies, out_dtype = ws.copies, problem.out_dtype
-        try:
-            t = self.env.timer.time(lambda i: c.run(x, copies[i], prepared[i], None, out_dtype, cfg),
-                                    ws.ncopies, self.s.quick)
-        except DeviceLost:
-            raise
-        except Exception as e:
-            self._device_lost(e)
-            return {"status": "failed", "error": f"timing raised {_short(e)}", "rel_err": verdict.rel_err}
-        return {"status": "ok", "rel_err": verdict.rel_err, **self._timing_fields(t)}
+        return self._timed(c, cfg, ws, x, prepared, problem.out_dtype, self.s.quick, "timing", rel_err=verdict.rel_err)
 
     def _final(self, problem: Problem, c: Candidate, cfg: KernelConfig, ws: WeightSet) -> dict[str, Any]:
         x = self.work.x(problem.m, problem.k)
         prepared = ws.prepared(c.id, c.prepare)
-        copies, out_dtype = ws.copies, problem.out_dtype
-        try:
-            t = self.env.timer.time(lambda i: c.run(x, copies[i], prepared[i], None, out_dtype, cfg),
-                                    ws.ncopies, self.s.final)
-        except DeviceLost:
-            raise
-        except Exception as e:
-            self._device_lost(e)
-            return {"status": "failed", "error": f"final timing raised {_short(e)}"}
-        return {"status": "ok", **self._timing_fields(t)}
+        return self._timed(c, cfg, ws, x, prepared, problem.out_dtype, self.s.final, "final timing")
 
     def _measure(self, key: MeasureKey, fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
         rec = self.journal.get(key)
