@@ -3,8 +3,11 @@
 Memory: a weight is processed in row chunks of at most CHUNK_ELEMS values, so the transient memory beyond the
 input and the output stays near 4 fp32 temporaries of one chunk (~32 MB) whatever the weight's size.
 Per-tensor scaling needs the global amax first: one read pass for the amax, one for the codes.
-On CUDA tensors the fused Triton kernels of `kernels_triton.weight_quant` produce the same bits in one launch
-(FP8DISPATCH_QUANTIZER=torch forces the torch-ops path).
+On CUDA/ROCm tensors the fused Triton kernels of `kernels_triton.weight_quant` produce the same bits in one launch
+that reads the weight once (per-tensor: an amax launch and a cast launch, two reads), allocate nothing but their
+outputs and an 8-byte counter, and detect NaN/Inf as a by-product of the group amax; the one host synchronization
+reads that counter. Only when it is nonzero does the torch path run, to say where the bad value is.
+FP8DISPATCH_QUANTIZER=torch forces the torch-ops path.
 
 Conventions (interoperate with checkpoints through these bits):
   fp8_block / fp8_tensor / fp8_row: s = fp32(max(amax, AMAX_FLOOR) / 448); q = e4m3_rne(clamp(w / s, +-448))
@@ -25,6 +28,7 @@ from .activation import e4m3_codes, ieee_div, scale_from_amax
 from .errors import FormatError
 from .formats import (E4M3_MAX, E8M0_BIAS, E8M0_MAX_EXP, E8M0_MIN_EXP, MX_FLOOR_EMAX, MX_GROUP, WEIGHT_BLOCK,
                       Format, MXScaleMode, QWeight, resolve_act, scale_shape)
+from .target import detect
 
 CHUNK_ELEMS = 2 * 1024 * 1024  # fp32 values per chunk: 8 MB per temporary
 
@@ -94,11 +98,10 @@ def quantize(w: torch.Tensor, fmt: "Format | str", *, act: "str | None" = None,
     if w.device.type == "cuda" and os.environ.get("FP8DISPATCH_QUANTIZER", "kernel") != "torch":
         kernel = _gpu_quantizer()
         if kernel is not None:
-            from .target import detect
-
             qdata, scale, bad = kernel(w, fmt, mode, hw_fp8=detect(w.device).has_triton_fp8_dtype)
-            if int(bad) == 0:  # load time: this one host sync is fine; the torch path below says where
+            if int(bad) == 0:  # load time: this one host sync is fine
                 return QWeight(fmt, act_, qdata, scale)
+            del qdata, scale  # a NaN/Inf weight: the torch path below raises and says where
     return _quantize_torch(w, fmt, act_, mode)
 
 
