@@ -1,18 +1,29 @@
 """Typed launch configurations of the CUDA kernels and the small spaces autotune searches.
 
 GEMV geometry (see csrc/skinny_common.cuh): a CTA owns 16 * mtiles rows of W and splits K over `warps`
-warps; each warp keeps `unroll` 128-wide K steps of weight loads in flight. The token tile (8, 16 or 32
-tokens: one, two or four m16n8 MMA columns) follows from M and is not a tuning knob.
+warps; each warp keeps `unroll` 128-wide K steps of weight loads in flight (a register ring, refilled as it
+is consumed). The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
+not a tuning knob.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+from dispatch.formats import Act
 from dispatch.problem import KernelConfig, Problem
 from dispatch.target import Target
 
 MAX_M = 32  # the GEMV kernels keep every token in registers: 4 MMA column tiles of 8
+K_STEP = 128  # K per step of a warp (csrc/fp8_common.cuh FP8D_KSTEP)
+MAX_UNROLL = 4
+
+# (token tiles, row tiles) -> the deepest weight ring (GemvConfig.unroll) that compiles without spills for
+# every scale layout of both kernel families under __launch_bounds__(256, 2), i.e. 128 registers a thread
+# (ptxas -v via NVRTC 13.0 on sm_80, sm_89 and sm_90; tests/test_cuda_compile.py compiles each bound). Missing
+# pairs do not fit at any depth.
+_DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 3, (2, 2): 1, (4, 1): 1}
 
 
 def token_tiles(m: int) -> int:
@@ -22,51 +33,86 @@ def token_tiles(m: int) -> int:
     return 1 if m <= 8 else (2 if m <= 16 else 4)
 
 
+def deepest_ring(m: int, mtiles: int) -> int:
+    """The largest `unroll` that fits the register budget at M tokens and `mtiles` row tiles (0: none)."""
+    return _DEEPEST_RING.get((token_tiles(m), mtiles), 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class GemvConfig(KernelConfig):
+    """The field defaults fit every M (a launch without a config uses them); default_gemv_config() is the
+    per-problem choice."""
+
     warps: int = 8  # K-splitting warps per CTA (threads = 32 * warps)
     mtiles: int = 1  # 16-row tiles of W per CTA
-    unroll: int = 2  # 128-wide K steps whose weight loads are issued together
+    unroll: int = 1  # 128-wide K steps of weight loads each warp keeps in flight (-D FP8D_CFG_U)
 
     def __post_init__(self) -> None:
         if self.warps not in (2, 4, 8):  # the kernels' __launch_bounds__(256)
             raise ValueError(f"GemvConfig.warps must be 2, 4 or 8, got {self.warps}")
         if self.mtiles not in (1, 2):
             raise ValueError(f"GemvConfig.mtiles must be 1 or 2, got {self.mtiles}")
-        if self.unroll not in (1, 2):
-            raise ValueError(f"GemvConfig.unroll must be 1 or 2, got {self.unroll}")
+        if not 1 <= self.unroll <= MAX_UNROLL:
+            raise ValueError(f"GemvConfig.unroll must be 1..{MAX_UNROLL}, got {self.unroll}")
 
     @property
     def rows_per_cta(self) -> int:
         return 16 * self.mtiles
 
     def fits(self, m: int) -> bool:
-        """Register budget: 4 token tiles x 2 row tiles x 2 steps spills (seen in ptxas -v on sm_90)."""
-        return not (token_tiles(m) == 4 and self.mtiles == 2)
+        """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers."""
+        return self.unroll <= deepest_ring(m, self.mtiles)
 
     def smem_bytes(self, m: int) -> int:
-        return self.warps * self.mtiles * token_tiles(m) * 4 * 32 * 4
+        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the per-warp partial sums, then
+        the tile's row scales and biases and 32 token scales, all fp32."""
+        partials = self.warps * self.mtiles * token_tiles(m) * 4 * 32
+        return 4 * (partials + 2 * self.rows_per_cta + 32)
+
+
+def _steps_per_warp(k: int, warps: int) -> int:
+    return max(1, math.ceil(math.ceil(k / K_STEP) / warps))
 
 
 def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
-    """Enough CTAs to fill the SMs twice with 8-warp CTAs, then as many rows per CTA as keeps that true."""
+    """The rule from the H200 autotune of the previous kernel (docs/perf/h200.md, run of f50e894) and the
+    residency the register budget gives (128 registers a thread: two 8-warp or four 4-warp CTAs per SM):
+    - warps: 8 while all 16-row tiles fit in one wave of 8-warp CTAs (N <= 2 x 16 x SMs: 4096 at 132 SMs,
+      where the 8-way K split puts a warp's 4 steps of K = 4096 in flight at once and 8 warps won), else 4
+      (6656 or 8192 rows fit one wave of 4-warp CTAs instead of 1.6-1.9 waves of 8-warp ones; at 28672
+      rows W8A8 picked 4 warps at M = 1 and 16);
+    - mtiles = 2 only for bf16/fp16 activations at M > 8 on large N (each CTA re-reads all of x: two row tiles
+      halve that traffic; the W8A16 M = 16 winner at 28672x4096), 1 otherwise;
+    - unroll: the deepest ring that fits, but no deeper than the warp's share of K steps (all of them in
+      flight at once when they fit: 4 of 4 at K = 4096 with 8 warps)."""
     sms = max(target.sm_count, 1)
-    nt = token_tiles(min(max(problem.m, 1), MAX_M))
-    mtiles = 2 if (problem.n // 32 >= 4 * sms and nt < 4) else 1
-    return GemvConfig(warps=8, mtiles=mtiles, unroll=2 if nt < 4 else 1)
+    m = min(max(problem.m, 1), MAX_M)
+    tiles16 = math.ceil(problem.n / 16)
+    warps = 8 if tiles16 <= 2 * sms else 4
+    mtiles = 1
+    if problem.act is Act.BF16 and token_tiles(m) >= 2 and tiles16 >= 8 * sms and deepest_ring(m, 2) > 0:
+        mtiles = 2
+    unroll = max(1, min(deepest_ring(m, mtiles), _steps_per_warp(problem.k, warps)))
+    return GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
 
 
 def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
-    """Default first, then a small grid (<= 8) for autotune."""
+    """Default first, then a small grid (<= 12): warps 8 / 4, row tiles 1 / 2, ring depth 1 / 2 / 4 and the
+    deepest that fits, minus what does not fit and the rings deeper than the warp's share of K steps (they
+    run like that share)."""
+    m = min(max(problem.m, 1), MAX_M)
     first = default_gemv_config(problem, target)
     out = [first]
-    for warps in (4, 8):
+    seen = {(first.warps, first.mtiles, min(first.unroll, _steps_per_warp(problem.k, first.warps)))}
+    for warps in (8, 4):
         for mtiles in (1, 2):
-            for unroll in (1, 2):
+            for unroll in sorted({1, 2, 4, max(1, deepest_ring(m, mtiles))}):
                 c = GemvConfig(warps, mtiles, unroll)
-                if c != first and c.fits(problem.m):
+                key = (warps, mtiles, min(unroll, _steps_per_warp(problem.k, warps)))
+                if c.fits(m) and key not in seen:
+                    seen.add(key)
                     out.append(c)
-    return out
+    return out[:12]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,12 @@ wheel) is inspected for what the design promises:
     hardware, so ptxas lowers it to F2FP to f16 + HMMA),
   - no local-memory spills (ptxas -v spill bytes and LDL/STL in the SASS).
 
-The W8A16 bf16 kernels decode fp8 in software on every arch by design: a byte permute, two logic ops
-and one HFMA2.BF16 per pair of codes is cheaper than F2FP (which yields f16) plus an f16 -> bf16 step.
+The W8A16 bf16 kernels decode fp8 in software on every arch by design: a sign-extending byte permute, a
+shift, one AND and one HMUL2.BF16 per pair of codes (csrc/fp8_common.cuh fp8d_decode4_bf16x2_fast) is
+no dearer than F2FP (which yields f16) plus an f16 -> bf16 step and keeps the bf16 MMA.
+
+The GEMV variants are the default ring depth at M = 1 and the deepest ring configs.py allows for each token
+x row tile pair (the register-budget boundary), so the no-spill check covers what autotune may pick.
 """
 
 from __future__ import annotations
@@ -45,21 +49,27 @@ class Variant:
     expect_hw_cvt: bool  # the kernel converts fp8 with F2FP on sm_89+ by design
 
 
-def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int) -> Variant:
+def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int, mt: int = 1, u: int | None = None) -> Variant:
     import torch  # noqa: PLC0415
 
+    from .configs import deepest_ring  # noqa: PLC0415
+
+    u = deepest_ring(m, mt) if u is None else u
     dt = {0: torch.bfloat16, 1: torch.float16}[xk]
-    name = f"w8a16_gemv[{scale},{'bf16' if xk == 0 else 'f16'},M<={8 * nt}]"
+    name = f"w8a16_gemv[{scale},{'bf16' if xk == 0 else 'f16'},M<={8 * nt},mt={mt},u={u}]"
     d = {"FP8D_CFG_SCALE": {"tensor": 0, "row": 1, "block": 2, "mx": 3}[scale], "FP8D_CFG_XKIND": xk,
-         "FP8D_CFG_NT": nt, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2 if nt < 4 else 1}
+         "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": u}
     return Variant(name, "gemv_w8a16.cu", tuple(sorted(d.items())), Problem(fmt, Act.BF16, m, 4096, 4096, dt, dt),
                    "cuda.w8a16_gemv", xk == 1)
 
 
-def _gemv8(scheme: str, fmt: Format, nt: int, m: int) -> Variant:
-    d = {"FP8D_CFG_ACTQ": {"tensor": 0, "token": 1, "group": 2}[scheme], "FP8D_CFG_NT": nt, "FP8D_CFG_MT": 1,
-         "FP8D_CFG_U": 2 if nt < 4 else 1}
-    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
+def _gemv8(scheme: str, fmt: Format, nt: int, m: int, mt: int = 1, u: int | None = None) -> Variant:
+    from .configs import deepest_ring  # noqa: PLC0415
+
+    u = deepest_ring(m, mt) if u is None else u
+    d = {"FP8D_CFG_ACTQ": {"tensor": 0, "token": 1, "group": 2}[scheme], "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt,
+         "FP8D_CFG_U": u}
+    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt},mt={mt},u={u}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
                    Problem(fmt, Act.FP8, m, 4096, 4096), "cuda.w8a8_gemv", False)
 
 
@@ -68,9 +78,14 @@ def variants() -> list[Variant]:
                                               ("block", Format.FP8_BLOCK), ("mx", Format.MXFP8))]
     v += [_gemv16("row", Format.FP8_ROW, 1, 1, 1), _gemv16("block", Format.FP8_BLOCK, 0, 4, 32),
           _gemv16("mx", Format.MXFP8, 0, 4, 32)]
+    # the register-budget boundary: the deepest ring of each remaining token x row tile pair
+    v += [_gemv16("block", Format.FP8_BLOCK, 0, 1, 1, mt=2), _gemv16("mx", Format.MXFP8, 0, 2, 16),
+          _gemv16("block", Format.FP8_BLOCK, 1, 2, 16, mt=2)]
     v += [_gemv8(s, f, 1, 1) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
                                           ("group", Format.FP8_BLOCK))]
-    v += [_gemv8("group", Format.FP8_BLOCK, 4, 32)]
+    v += [_gemv8("group", Format.FP8_BLOCK, 4, 32), _gemv8("token", Format.FP8_ROW, 4, 32),
+          _gemv8("group", Format.FP8_BLOCK, 1, 1, mt=2), _gemv8("group", Format.FP8_BLOCK, 2, 16),
+          _gemv8("tensor", Format.FP8_TENSOR, 2, 16, mt=2)]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):

@@ -6,6 +6,7 @@ tests/test_cuda_kernels.py (GPU) does that.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -230,19 +231,57 @@ def test_support_rules_with_reasons():
 
 
 def test_config_space():
-    from kernels_cuda.configs import GemvConfig, gemv_configs, token_tiles
+    from kernels_cuda.configs import GemvConfig, deepest_ring, default_gemv_config, gemv_configs, token_tiles
 
     t = Target.simulated_for("sm_90")
-    for m in (1, 4, 16, 32):
-        for n in (4096, 28672):
-            p = Problem(Format.FP8_ROW, Act.BF16, m, n, 4096)
-            cs = gemv_configs(p, t)
-            assert 1 < len(cs) <= 8 and len(set(cs)) == len(cs)
-            assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
+    for act, fmt in ((Act.BF16, Format.FP8_ROW), (Act.FP8, Format.FP8_BLOCK)):
+        for m in (1, 4, 8, 9, 16, 17, 32):
+            for n, k in ((4096, 4096), (28672, 4096), (4096, 14336), (8192, 2560), (256, 576)):
+                p = Problem(fmt, act, m, n, k)
+                cs = gemv_configs(p, t)
+                assert 1 < len(cs) <= 12 and len(set(cs)) == len(cs), (m, n, k, cs)
+                assert cs[0] == default_gemv_config(p, t)
+                assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
+                steps = math.ceil(math.ceil(k / 128) / cs[0].warps)
+                assert cs[0].unroll <= max(1, steps), "default ring deeper than the warp's K steps"
+    # the default rule: K split on small N, all of a warp's 4 steps in flight at K = 4096 on 8 warps
+    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4096), t) == GemvConfig(8, 1, 4)
+    big = default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 16, 28672, 4096), t)
+    assert big.warps == 4 and big.mtiles == 2 and big.fits(16)
+    assert default_gemv_config(Problem(Format.FP8_BLOCK, Act.FP8, 16, 28672, 4096), t).mtiles == 1
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
-    with pytest.raises(ValueError):
-        GemvConfig(warps=16)
+    assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
+    assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
+    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3)):
+        with pytest.raises(ValueError):
+            GemvConfig(**bad)
     assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
+    # shared memory: partials [warps][slots][32] + row scales + row biases + 32 token scales (Fp8dSmemLayout)
+    assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
+
+
+def test_register_budget_table_is_what_the_kernels_compile_to():
+    """Every (token tiles, row tiles) pair of configs._DEEPEST_RING at its deepest ring, for the heaviest
+    layouts of both families, compiles for sm_90 and sm_80 without spills (the full sweep over every layout,
+    depth and arch was run when the table was written: see the table's comment)."""
+    compiler = _nvrtc_or_skip()
+    from kernels_cuda import isa
+    from kernels_cuda.configs import _DEEPEST_RING
+
+    if isa.cuobjdump() is None:
+        pytest.skip("cuobjdump not found (ships in the triton wheel)")
+    bad = []
+    for (nt, mt), depth in sorted(_DEEPEST_RING.items()):
+        for name, d in (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0}),
+                        ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2})):
+            d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth}
+            for arch in ("sm_90", "sm_80"):
+                built = compiler.compile_module(name, arch, d)
+                spill = compiler.ptxas_resources(built.log).get("spill_bytes", 0)
+                local = sum(1 for op in isa.sass_opcodes(built.path) if op.startswith(("LDL", "STL")))
+                if spill or local:
+                    bad.append((name, arch, d, spill, local))
+    assert not bad, bad
 
 
 # --- numpy models of the bit tricks and of the fragment mapping -------------------------------------
@@ -252,7 +291,8 @@ def _e4m3_values() -> np.ndarray:
 
 
 def test_model_bf16_decode_trick_is_exact():
-    """fp8d_decode4_bf16x2: (code << 8 & 0x7f00) >> 4 | sign, read as bf16, times 2^120 (exact)."""
+    """fp8d_decode4_bf16x2 (portability.cuh, the portable decoder): (code << 8 & 0x7f00) >> 4 | sign, read
+    as bf16, times 2^120 (exact)."""
     want = _e4m3_values()
     for c in range(256):
         if c & 0x7F == 0x7F:
@@ -272,6 +312,55 @@ def test_model_f16_decode_trick_is_exact():
         bits = ((t & 0x7F00) >> 1) | (t & 0x8000)
         v = float(np.array([bits], dtype=np.uint16).view(np.float16)[0]) * 256.0
         assert v == want[c], c
+
+
+def _prmt(a: np.ndarray, sel: int) -> np.ndarray:
+    """PTX `prmt.b32 d, a, 0, sel` (default mode) on uint32 arrays: nibble i of sel picks byte (nibble & 7)
+    of {0, a} for result byte i, and nibble & 8 replicates that byte's sign bit instead of copying it."""
+    a = a.astype(np.uint64)
+    out = np.zeros_like(a)
+    for i in range(4):
+        nib = (sel >> (4 * i)) & 0xF
+        src = (a >> np.uint64(8 * (nib & 7))) & np.uint64(0xFF) if (nib & 7) < 4 else np.zeros_like(a)
+        if nib & 8:
+            src = np.where(src & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+        out |= src << np.uint64(8 * i)
+    return out.astype(np.uint32)
+
+
+def test_model_sign_extension_decode_is_exact():
+    """fp8d_decode4_bf16x2_fast / fp8d_decode4_f16x2_fast (fp8_common.cuh) on whole 32-bit words, every pair
+    of non-NaN codes in both halves: prmt 0x9180 / 0xb3a2 sign-extends codes (0, 1) / (2, 3) into 16-bit
+    halves, then (w << 4) & 0x87f087f0 read as bf16 times 2^120, or (w << 7) & 0xbf80bf80 read as f16 times
+    2^8, is the code's value, -0 included (the bits the low half shifts into the high half are masked)."""
+    want = _e4m3_values()
+    pairs = np.arange(1 << 16, dtype=np.uint32)
+    words = pairs | (((pairs * 40503) & 0xFFFF) << 16)  # an unrelated pair in bytes 2, 3
+    nan = np.zeros(words.size, bool)
+    for b in range(4):
+        nan |= ((words >> (8 * b)) & 0x7F) == 0x7F
+    words = words[~nan]
+    for sel, code_bytes in ((0x9180, (0, 1)), (0xB3A2, (2, 3))):
+        sx = _prmt(words, sel).astype(np.uint64)
+        bf = ((sx << 4) & 0x87F087F0).astype(np.uint32)
+        f16 = ((sx << 7) & 0xBF80BF80).astype(np.uint32)
+        for half, byte in enumerate(code_bytes):
+            code = (words >> (8 * byte)) & 0xFF
+            vb = (((bf >> (16 * half)) & 0xFFFF) << 16).view(np.float32).astype(np.float64) * 2.0**120
+            vh = ((f16 >> (16 * half)) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64) * 256.0
+            for v in (vb, vh):
+                assert np.array_equal(v, want[code]), (hex(sel), half)
+                assert np.array_equal(np.signbit(v), np.signbit(want[code])), (hex(sel), half)
+
+
+def test_decoders_use_the_sign_extension_selectors():
+    """The CUDA source spells the selectors and masks the model above checks."""
+    from kernels_cuda.compiler import CSRC
+
+    src = (CSRC / "fp8_common.cuh").read_text()
+    for token in ("0x9180u", "0xb3a2u", "(s0 << 4) & 0x87f087f0u", "(s1 << 4) & 0x87f087f0u",
+                  "(s0 << 7) & 0xbf80bf80u", "(s1 << 7) & 0xbf80bf80u", "0x7b807b80u", "0x5c005c00u"):
+        assert token in src, token
 
 
 def _model_encode(v: np.ndarray) -> np.ndarray:
@@ -302,8 +391,9 @@ def test_model_software_encode_matches_torch():
 
 def test_model_gemv_fragment_mapping():
     """One 128-wide K step of gemv_w8a16 for a 16-row x 8-token tile, with PTX's m16n8k16 fragment
-    semantics: lane (g, t) feeds words of its 32-code chunk as described in csrc/skinny_common.cuh, and
-    fp8d_frag_coords maps the C fragment back. The result must be W_tile @ X_tile^T."""
+    semantics: lane (g, t) feeds the words of its 16-code chunks [64 q + 16 t, + 16) as described in
+    csrc/skinny_common.cuh (fp8d_chunk_k), and fp8d_frag_coords maps the C fragment back. The result must
+    be W_tile @ X_tile^T, and the four lanes of a quad must read 64 contiguous codes per chunk index q."""
     rng = np.random.default_rng(1)
     W = rng.standard_normal((16, 128))
     X = rng.standard_normal((8, 128))
@@ -315,7 +405,7 @@ def test_model_gemv_fragment_mapping():
             B = {}
             for lane in range(32):
                 g, t = lane >> 2, lane & 3
-                k0 = t * 32 + q * 16 + wd * 4
+                k0 = q * 64 + t * 16 + wd * 4
                 A[lane] = [W[g, k0:k0 + 2], W[g + 8, k0:k0 + 2], W[g, k0 + 2:k0 + 4], W[g + 8, k0 + 2:k0 + 4]]
                 B[lane] = [X[g, k0:k0 + 2], X[g, k0 + 2:k0 + 4]]
             # PTX m16n8k16: A[r][2t'+i] = a0/a1 of lane (r%8, t'), A[r][2t'+8+i] = a2/a3; B likewise by column
@@ -338,6 +428,64 @@ def test_model_gemv_fragment_mapping():
             row, tok = g + 8 * (c >> 1), 2 * t + (c & 1)
             Y[row, tok] = C[lane, c]
     np.testing.assert_allclose(Y, W @ X.T, rtol=1e-12, atol=1e-12)
+    for q in range(2):
+        assert sorted(q * 64 + t * 16 + i for t in range(4) for i in range(16)) == list(range(q * 64, q * 64 + 64))
+    from kernels_cuda.compiler import CSRC
+
+    assert "return q * 64 + t * 16;" in (CSRC / "skinny_common.cuh").read_text()
+
+
+def _model_skinny_loop(nsteps: int, nwarps: int, depth: int, prefetch: bool) -> dict[int, list[int]]:
+    """numpy-free model of fp8d_skinny_gemv's main loop (csrc/skinny_common.cuh), index for index: which ring
+    slot and operand buffer each step of each warp reads, and what was loaded there. Returns warp -> steps
+    computed, asserting every read finds the step it computes."""
+    nb = 2 if prefetch else 1
+    r_unroll = depth if depth % nb == 0 else nb * depth
+    done: dict[int, list[int]] = {}
+    for warp in range(nwarps):
+        ring: list[int | None] = [None] * depth
+        half: list[int | None] = [None] * nb
+        for d in range(depth):  # prologue
+            if warp + d * nwarps < nsteps:
+                ring[d] = warp + d * nwarps
+        if prefetch and warp < nsteps:
+            half[0] = warp
+        done[warp] = []
+        s0 = warp
+        while s0 < nsteps:
+            for r in range(r_unroll):
+                s = s0 + r * nwarps
+                if s >= nsteps:
+                    break
+                if prefetch:
+                    if s + nwarps < nsteps:
+                        half[(r + 1) % nb] = s + nwarps
+                    assert half[r % nb] == s, (warp, s, half)
+                assert ring[r % depth] == s, (warp, s, ring)
+                done[warp].append(s)
+                if s + depth * nwarps < nsteps:
+                    ring[r % depth] = s + depth * nwarps
+            s0 += r_unroll * nwarps
+    return done
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_model_skinny_loop_reads_every_step_once_from_the_right_slot(depth, prefetch):
+    for nwarps in (2, 4, 8):
+        for nsteps in (1, 2, 3, 5, 8, 20, 21, 32, 33, 112):
+            done = _model_skinny_loop(nsteps, nwarps, depth, prefetch)
+            got = sorted(s for steps in done.values() for s in steps)
+            assert got == list(range(nsteps)), (nsteps, nwarps, depth, prefetch)
+            assert all(all(s % nwarps == w for s in steps) for w, steps in done.items())
+    from kernels_cuda.compiler import CSRC
+
+    src = (CSRC / "skinny_common.cuh").read_text()
+    for token in ("constexpr int R = (D % NB == 0) ? D : NB * D;", "for (int s0 = warp; s0 < nsteps; s0 += R * nwarps)",
+                  "const int s = s0 + r * nwarps;", "const int b = (r + 1) % NB;",
+                  "fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);",
+                  "if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[r % D], w, n0, L, N, K, s + D * nwarps);"):
+        assert token in src, token
 
 
 # --- activation-quantization launch geometry: every code and scale written exactly once ----------------
@@ -431,12 +579,28 @@ def test_act_quant_plan_writes_every_code_once(m, k):
 
 
 def test_w8a8_gemv_mma_chains_stay_within_one_k_step():
-    """Every W8A8 MMA accumulates into the per-step `part` fragment, which is folded into the fp32
-    accumulator once per 128-wide step (scaled for fp8_block, plain for tensor/token): no MMA accumulator
-    chain spans steps, like the fp8_block path that passed on the H200."""
+    """Every W8A8 MMA accumulates into the per-step `part` fragment (the policy's kPartial routes half_mma to
+    it in the shared driver), which is folded into the fp32 accumulator once per 128-wide step (scaled for
+    fp8_block, plain for tensor/token): no MMA accumulator chain spans steps, like the fp8_block path that
+    passed on the H200."""
     from kernels_cuda import compiler
 
     src = (compiler.CSRC / "gemv_w8a8.cu").read_text()
     calls = re.findall(r"fp8d_mma_\w+\(([^,]+),", src)
-    assert calls and all(c.strip() == "part[mt][nt]" for c in calls), calls
+    assert calls and all(c.strip() == "d[mt][nt]" for c in calls), calls
+    assert "static constexpr bool kPartial = true;" in src
     assert "acc[mt][nt][c] += part[mt][nt][c]" in src
+    driver = (compiler.CSRC / "skinny_common.cuh").read_text()
+    assert "float(&dst)[MT][NT][4] = P::kPartial ? part : acc;" in driver
+    assert "if constexpr (P::kPartial) fp8d_zero<MT * NT * 4>(&part[0][0][0]);" in driver
+
+
+def test_gemv_sources_share_one_driver():
+    """The two GEMV families are policies of skinny_common.cuh's fp8d_skinny_gemv: neither carries its own
+    main loop, reduction or epilogue."""
+    from kernels_cuda import compiler
+
+    for name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
+        src = (compiler.CSRC / name).read_text()
+        assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
+        assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src

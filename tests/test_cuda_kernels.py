@@ -63,19 +63,26 @@ def _check_close(y: torch.Tensor, x: torch.Tensor, qw: QWeight, bias=None, tol: 
                            f"got {y.double()[bad][0].item()}, want {ref[bad][0].item()}")
 
 
-SHAPES = [(256, 4096), (300, 1040), (4096, 576), (129, 16), (1000, 2560)]  # partial row tiles, K % 128 != 0
+# partial row tiles, K % 128 != 0, fewer K steps than warps (K = 16, 576), 2.5 steps a warp (2560)
+SHAPES = [(256, 4096), (300, 1040), (4096, 576), (129, 16), (1000, 2560)]
 MS = [1, 2, 3, 5, 8, 9, 16, 17, 31, 32]
 
 
+FAMILIES = [(f, "bf16") for f in Format] + [(f, "fp8") for f in W8A8_FORMATS]  # W8A16: every format
+
+
+def _gemv(launch, qw: QWeight):
+    return launch.w8a16_gemv if qw.act is Act.BF16 else launch.w8a8_gemv
+
+
 @pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("fmt", list(Format))
-def test_w8a16_gemv_matches_reference(launch, fmt, path):
+@pytest.mark.parametrize("fmt,act", FAMILIES)
+def test_gemv_matches_reference(launch, fmt, act, path):
     for i, (n, k) in enumerate(SHAPES):
-        qw = dispatch.quantize(_weight(n, k, i), fmt, act="bf16")
+        qw = dispatch.quantize(_weight(n, k, i), fmt, act=act)
         for m in (MS if path == "native" else [1, 9, 32]):
             x = _x(m, k, torch.bfloat16, i * 100 + m)
-            y = launch.w8a16_gemv(x, qw, None, torch.float32, **PATHS[path])
-            _check_close(y, x, qw)
+            _check_close(_gemv(launch, qw)(x, qw, None, torch.float32, **PATHS[path]), x, qw)
 
 
 @pytest.mark.parametrize("fmt", [Format.FP8_TENSOR, Format.FP8_ROW, Format.FP8_BLOCK])
@@ -90,31 +97,43 @@ def test_w8a16_gemv_fp16_activations_and_bias(launch, fmt):
         _check_close(launch.w8a16_gemv(x, qw, bias, torch.float32, arch="compute_80"), x, qw, bias)
 
 
-@pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("fmt", W8A8_FORMATS)
-def test_w8a8_gemv_matches_reference(launch, fmt, path):
-    for i, (n, k) in enumerate(SHAPES):
-        qw = dispatch.quantize(_weight(n, k, i), fmt, act="fp8")
-        for m in (MS if path == "native" else [1, 9, 32]):
-            x = _x(m, k, torch.bfloat16, i * 100 + m)
-            y = launch.w8a8_gemv(x, qw, None, torch.float32, **PATHS[path])
-            _check_close(y, x, qw)
+def _every_config(m: int):
+    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and ring depths."""
+    from kernels_cuda.configs import MAX_UNROLL, GemvConfig
+
+    return [c for c in (GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1))
+            if c.fits(m)]
 
 
-@pytest.mark.parametrize("fmt", list(Format))
-def test_gemv_bf16_output_bias_and_configs(launch, fmt):
-    from kernels_cuda.configs import GemvConfig
-
-    n, k = 1000, 2560
-    act = "bf16" if fmt is Format.MXFP8 else "fp8"
+@pytest.mark.parametrize("fmt,act", FAMILIES)
+def test_gemv_every_config_bias_bf16_output(launch, fmt, act):
+    """Every config value at each token-tile size (M = 5, 13, 27), on a shape with partial 16/32-row tiles
+    and K % 128 != 0 (21 K steps: 3 warps of 8 get an extra step, rings deeper than a warp's share)."""
+    n, k = 1000, 2576
     qw = dispatch.quantize(_weight(n, k, 3), fmt, act=act)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    run = launch.w8a16_gemv if qw.act is Act.BF16 else launch.w8a8_gemv
-    for m in (1, 16, 32):
+    run = _gemv(launch, qw)
+    for m in (5, 13, 27):
         x = _x(m, k, torch.bfloat16, m)
-        for cfg in [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in (1, 2)]:
-            if cfg.fits(m):
-                _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+        for cfg in _every_config(m):
+            _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+
+
+@pytest.mark.parametrize("fmt,act", FAMILIES)
+def test_gemv_every_m_default_config(launch, fmt, act):
+    """M = 1..32 with the default config of each M (the dispatcher's choice without a table), fp32 output."""
+    from dispatch.problem import Problem
+    from dispatch.target import detect
+    from kernels_cuda.configs import default_gemv_config
+
+    n, k = 300, 1040
+    qw = dispatch.quantize(_weight(n, k, 5), fmt, act=act)
+    run = _gemv(launch, qw)
+    target = detect()
+    for m in range(1, 33):
+        x = _x(m, k, torch.bfloat16, 7 * m)
+        cfg = default_gemv_config(Problem.of(x.shape, qw, x_dtype=x.dtype), target)
+        _check_close(run(x, qw, None, torch.float32, cfg), x, qw)
 
 
 def _one_hot_x(m: int, k: int, cols: list[int]) -> torch.Tensor:
@@ -323,7 +342,7 @@ def test_decode_shapes_smoke(launch, n, k):
     for fmt in Format:
         act = "bf16" if fmt in (Format.MXFP8, Format.FP8_ROW) else "fp8"
         qw = dispatch.quantize(_weight(n, k, 0), fmt, act=act)
-        run = launch.w8a16_gemv if qw.act is Act.BF16 else launch.w8a8_gemv
+        run = _gemv(launch, qw)
         for m in (1, 4, 16):
             x = _x(m, k, torch.bfloat16, m)
             _check_close(run(x, qw, None, torch.float32), x, qw)

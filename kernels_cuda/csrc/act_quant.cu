@@ -2,7 +2,15 @@
 //   s = max(amax, AMAX_FLOOR) / 448 (IEEE division, NaN propagating);  q = e4m3_rne(clamp(v / s, +-448))
 // Input x [M, K] contiguous in bf16 / f16 / f32 (x_kind, runtime: one uniform branch per load).
 // Every maximum is NaN-propagating and order-free, so the results do not depend on the thread layout.
+// Each kernel waits for the previous grid before reading x and then lets its dependent start
+// (fp8d_wait_prior_grid / fp8d_allow_dependent_grid, no-ops without a programmatic dependent launch): a W8A8
+// GEMV launched that way streams its weights while the quantization runs and waits for the codes.
 #include "fp8_common.cuh"
+
+__device__ __forceinline__ void fp8d_act_quant_enter() {
+  fp8d_wait_prior_grid();
+  fp8d_allow_dependent_grid();
+}
 
 __device__ __forceinline__ float fp8d_block_max(float v, float* sm) {
   // sm: >= 32 floats of shared memory. Returns the CTA-wide NaN-propagating max to every thread.
@@ -16,13 +24,9 @@ __device__ __forceinline__ float fp8d_block_max(float v, float* sm) {
   return r;
 }
 
-// Quantize elements [i0, i0 + 4) (those < end) of a flat array with scale s; `codes` byte i = element i.
-__device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uint8_t* codes, long long i0,
-                                                  long long end, float s, bool aligned4) {
-  float v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = (i0 + j < end) ? fp8d_load_as_f32(x, i0 + j, x_kind) : 0.0f;
-  const unsigned q = fp8d_quant4(v[0], v[1], v[2], v[3], s);
+// Store the four codes of elements [i0, i0 + 4) (those < end): one 4-byte store where aligned.
+__device__ __forceinline__ void fp8d_store_codes4(uint8_t* codes, long long i0, long long end, unsigned q,
+                                                  bool aligned4) {
   if (aligned4 && i0 + 4 <= end) {
     *reinterpret_cast<unsigned*>(codes + i0) = q;
   } else {
@@ -32,10 +36,20 @@ __device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uin
   }
 }
 
+// Quantize elements [i0, i0 + 4) (those < end) of a flat array with scale s; `codes` byte i = element i.
+__device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uint8_t* codes, long long i0,
+                                                  long long end, float s, bool aligned4) {
+  float v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = (i0 + j < end) ? fp8d_load_as_f32(x, i0 + j, x_kind) : 0.0f;
+  fp8d_store_codes4(codes, i0, end, fp8d_quant4(v[0], v[1], v[2], v[3], s), aligned4);
+}
+
 // Per token: one CTA per row m. scales[m] (the [M, 1] tensor).
 extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_token(const void* __restrict__ x, int x_kind,
                                                                          uint8_t* __restrict__ codes,
                                                                          float* __restrict__ scales, int K) {
+  fp8d_act_quant_enter();
   __shared__ float sm[32];
   const long long base = (long long)blockIdx.x * K;
   float amax = 0.0f;
@@ -52,6 +66,7 @@ extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_token(const vo
 extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_group(const void* __restrict__ x, int x_kind,
                                                                         uint8_t* __restrict__ codes,
                                                                         float* __restrict__ scales, int M, int K) {
+  fp8d_act_quant_enter();
   const int groups = (K + FP8D_ACT_GROUP - 1) / FP8D_ACT_GROUP;
   const long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (item >= (long long)M * groups) return;  // whole warps exit together
@@ -71,28 +86,18 @@ extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_group(const voi
   amax = fp8d_warp_max(amax);
   const float s = fp8d_act_scale(amax);
   if (lane == 0) scales[item] = s;
-  const unsigned q = fp8d_quant4(v[0], v[1], v[2], v[3], s);
-  if ((K & 3) == 0 && i0 + 4 <= end) {
-    *reinterpret_cast<unsigned*>(codes + i0) = q;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (i0 + j < end) codes[i0 + j] = (uint8_t)(q >> (8 * j));
-  }
+  fp8d_store_codes4(codes, i0, end, fp8d_quant4(v[0], v[1], v[2], v[3], s), (K & 3) == 0);
 }
 
-// Per tensor, decode sizes: ONE launch, one CTA reads x twice (amax, then codes; the second read hits L1/L2).
-extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_single(const void* __restrict__ x, int x_kind,
-                                                                                 uint8_t* __restrict__ codes,
-                                                                                 float* __restrict__ scale,
-                                                                                 long long numel) {
-  __shared__ float sm[32];
-  float amax = 0.0f;
-  for (long long i = threadIdx.x; i < numel; i += blockDim.x) amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
-  amax = fp8d_block_max(amax, sm);
+// Per-tensor tail: the scale of the CTA-wide amax (every CTA holds the same one), written by CTA 0, and
+// this CTA's grid-stride share of the codes.
+__device__ __forceinline__ void fp8d_quantize_grid_share(float amax, const void* __restrict__ x, int x_kind,
+                                                         uint8_t* __restrict__ codes, float* __restrict__ scale,
+                                                         long long numel) {
   const float s = fp8d_act_scale(amax);
-  if (threadIdx.x == 0) scale[0] = s;
-  for (long long i = 4 * (long long)threadIdx.x; i < numel; i += 4 * (long long)blockDim.x)
+  if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
+  for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < numel;
+       i += 4 * (long long)gridDim.x * blockDim.x)
     fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
 }
 
@@ -105,16 +110,13 @@ __device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float
   return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
 }
 
-// Per tensor, decode sizes (M <= 32 GEMV inputs): ONE launch of a few CTAs. Every CTA reads ALL of x
-// (16-byte loads from L2; at <= 64K elements that is <= 256 KB per CTA) and so computes the SAME amax and
-// scale without a second launch, a workspace or atomics (max is exact and order-free, NaN-propagating);
-// then each CTA quantizes its grid-stride share. The old one-CTA kernel (kept for kernels_hip) read 64K
-// elements with 2-byte loads on one SM: ~18 us on the H200 at M = 16, K = 4096.
-extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_redundant(const void* __restrict__ x,
-                                                                                    int x_kind,
-                                                                                    uint8_t* __restrict__ codes,
-                                                                                    float* __restrict__ scale,
-                                                                                    long long numel) {
+// Per tensor in one launch: every CTA reads ALL of x (16-byte loads where x is 16-byte aligned) and so
+// computes the SAME amax and scale without a second launch, a workspace or atomics (max is exact and
+// order-free, NaN-propagating); then each CTA quantizes its grid-stride share and CTA 0 writes the scale.
+__device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict__ x, int x_kind,
+                                                          uint8_t* __restrict__ codes, float* __restrict__ scale,
+                                                          long long numel) {
+  fp8d_act_quant_enter();
   __shared__ float sm[32];
   float amax = 0.0f;
   long long done = 0;
@@ -134,17 +136,32 @@ extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_redunda
   }
   for (long long i = done + threadIdx.x; i < numel; i += blockDim.x)
     amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
-  amax = fp8d_block_max(amax, sm);
-  const float s = fp8d_act_scale(amax);
-  if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
-  for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < numel;
-       i += 4 * (long long)gridDim.x * blockDim.x)
-    fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
+  fp8d_quantize_grid_share(fp8d_block_max(amax, sm), x, x_kind, codes, scale, numel);
+}
+
+// Per tensor, decode sizes, one CTA (kernels_hip's plan): x is read twice (amax, then codes from L1/L2).
+extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_single(const void* __restrict__ x, int x_kind,
+                                                                                 uint8_t* __restrict__ codes,
+                                                                                 float* __restrict__ scale,
+                                                                                 long long numel) {
+  fp8d_act_quant_tensor_all(x, x_kind, codes, scale, numel);
+}
+
+// Per tensor, decode sizes (M <= 32 GEMV inputs): ONE launch of a few CTAs that each read all of x (at
+// <= 64K elements that is <= 256 KB of L2 reads per CTA). One CTA alone (then with 2-byte loads) took
+// ~18 us on the H200 at M = 16, K = 4096.
+extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_tensor_redundant(const void* __restrict__ x,
+                                                                                    int x_kind,
+                                                                                    uint8_t* __restrict__ codes,
+                                                                                    float* __restrict__ scale,
+                                                                                    long long numel) {
+  fp8d_act_quant_tensor_all(x, x_kind, codes, scale, numel);
 }
 
 // Per tensor, larger inputs: pass 1 writes one partial amax per CTA (no atomics, no zero-fill launch) ...
 extern "C" __global__ void __launch_bounds__(256) fp8d_act_amax_partial(const void* __restrict__ x, int x_kind,
                                                                          float* __restrict__ partial, long long numel) {
+  fp8d_act_quant_enter();
   __shared__ float sm[32];
   float amax = 0.0f;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < numel; i += (long long)gridDim.x * blockDim.x)
@@ -158,13 +175,9 @@ extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_tensor_apply(co
                                                                                const float* __restrict__ partial,
                                                                                int npartial, uint8_t* __restrict__ codes,
                                                                                float* __restrict__ scale, long long numel) {
+  fp8d_act_quant_enter();
   __shared__ float sm[32];
   float amax = 0.0f;
   for (int i = threadIdx.x; i < npartial; i += blockDim.x) amax = fp8d_nanmax(amax, partial[i]);
-  amax = fp8d_block_max(amax, sm);
-  const float s = fp8d_act_scale(amax);
-  if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
-  for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < numel;
-       i += 4 * (long long)gridDim.x * blockDim.x)
-    fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
+  fp8d_quantize_grid_share(fp8d_block_max(amax, sm), x, x_kind, codes, scale, numel);
 }

@@ -81,3 +81,59 @@ __device__ __forceinline__ void fp8d_store_from_f32(void* p, long long i, float 
 __device__ __forceinline__ unsigned fp8d_word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
+
+// ---- Programmatic dependent launch (sm_90+) -------------------------------------------------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before the previous
+// kernel in the stream has finished; fp8d_wait_prior_grid() blocks until that kernel has completed and its
+// writes are visible (everything read before it must not be written by that kernel). A kernel calls
+// fp8d_allow_dependent_grid() to let its dependent start early. Launched without the attribute (and on
+// targets without griddepcontrol) both are no-ops, so the same binary serves plain launches.
+#if FP8D_IS_CUDA && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+__device__ __forceinline__ void fp8d_wait_prior_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void fp8d_allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+#else
+__device__ __forceinline__ void fp8d_wait_prior_grid() {}
+__device__ __forceinline__ void fp8d_allow_dependent_grid() {}
+#endif
+
+// ---- e4m3 -> bf16x2 / f16x2 in three integer instructions per pair ------------------------------------
+// prmt with a selector nibble >= 8 replicates the sign of the selected byte, so one prmt turns two codes
+// into two sign-extended 16-bit halves. Shifted left by 4 (bf16) or 7 (f16), the 7 magnitude bits land on
+// the exponent/mantissa fields and a sign copy on bit 15; one AND clears the other sign copies (bits 11-14
+// resp. 14, and the bits the low half shifts into the high one). The result is the value times 2^-120
+// (bf16) or 2^-8 (f16); e4m3 subnormals land on subnormals of the wider type, so the power-of-two multiply
+// that restores the value (fp8d_bf16x2_fma keeps subnormals: no -ftz) is exact. The NaN codes 0x7f/0xff
+// read as +-480 like fp8d_decode4_bf16x2 (dispatch.quantize refuses non-finite weights and
+// dispatch.from_checkpoint rejects NaN codes; only a QWeight built by hand from raw codes can hold them).
+// One instruction fewer per pair than the portable decoders (a prmt, two ANDs and a shift-add).
+#if FP8D_IS_CUDA
+__device__ __forceinline__ unsigned fp8d_prmt_sext_pair(unsigned codes, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(codes), "r"(sel));
+  return r;
+}
+#endif
+
+// Four codes -> lo = (c0, c1), hi = (c2, c3) as bf16x2, exact for every non-NaN code.
+__device__ __forceinline__ void fp8d_decode4_bf16x2_fast(unsigned codes, unsigned& lo, unsigned& hi) {
+#if FP8D_IS_CUDA
+  const unsigned s0 = fp8d_prmt_sext_pair(codes, 0x9180u);  // [c0, sign(c0), c1, sign(c1)]
+  const unsigned s1 = fp8d_prmt_sext_pair(codes, 0xb3a2u);  // [c2, sign(c2), c3, sign(c3)]
+  lo = fp8d_bf16x2_fma((s0 << 4) & 0x87f087f0u, 0x7b807b80u, 0x80008000u);  // x 2^120, -0 keeps -0
+  hi = fp8d_bf16x2_fma((s1 << 4) & 0x87f087f0u, 0x7b807b80u, 0x80008000u);
+#else
+  fp8d_decode4_bf16x2(codes, lo, hi);
+#endif
+}
+
+// Four codes -> two f16x2 words: hardware F2FP where it exists, else the sign-extension decode (x 2^8).
+__device__ __forceinline__ void fp8d_decode4_f16x2_fast(unsigned codes, unsigned& lo, unsigned& hi) {
+#if FP8D_IS_CUDA && !FP8D_HW_CVT
+  const unsigned s0 = fp8d_prmt_sext_pair(codes, 0x9180u);
+  const unsigned s1 = fp8d_prmt_sext_pair(codes, 0xb3a2u);
+  lo = fp8d_f16x2_fma((s0 << 7) & 0xbf80bf80u, 0x5c005c00u, 0x80008000u);
+  hi = fp8d_f16x2_fma((s1 << 7) & 0xbf80bf80u, 0x5c005c00u, 0x80008000u);
+#else
+  fp8d_decode4_f16x2(codes, lo, hi);
+#endif
+}

@@ -1,169 +1,142 @@
 // gemv_w8a16.cu: y[M, N] = x[M, K] (bf16 | f16) @ dequant(W[N, K] e4m3, scale).T (+ bias), M <= 32.
 //
-// One kernel body for the four weight scale layouts (SCALE, a template parameter):
+// One policy for the four weight scale layouts (SCALE, a template parameter):
 //   tensor / row : fp32 accumulate the raw code products, scale once in the epilogue
 //   block        : accumulate each 128-wide K step separately, then acc += step * s[n/128, k/128]
-//   mx           : the lane's 32-code chunk is one MX group: multiply its decoded weights by 2^e (exact
-//                  in bf16 while the product stays a normal number, as in the fp32 reference)
+//   mx           : a lane chunk of 16 codes lies in one 32-wide MX group: multiply its decoded weights by
+//                  2^e (exact in bf16 while the product stays a normal number, as in the fp32 reference)
 // Weights are decoded to bf16 (or f16 for f16 activations) and multiplied on the tensor cores with fp32
-// accumulation: at M = 16..32 the FP32 pipe would be slower than the memory stream.
-// Instantiated through -D FP8D_CFG_* by kernels_cuda/_launch.py (one module per configuration).
+// accumulation: at M = 16..32 the FP32 pipe would be slower than the memory stream. The loop, reduction
+// and epilogue are skinny_common.cuh's. Instantiated through -D FP8D_CFG_* by kernels_cuda/_launch.py
+// (one module per configuration).
 #include "skinny_common.cuh"
 
-template <int SCALE, int XKIND, int NT, int MT, int U>
-__device__ __forceinline__ void w8a16_gemv_body(const uint8_t* __restrict__ w, const void* __restrict__ wscale,
-                                                const uint16_t* __restrict__ x, const void* __restrict__ bias,
-                                                void* __restrict__ y, int M, int N, int K, int bias_kind,
-                                                int out_kind) {
+template <int SCALE, int XKIND, int NT_, int MT_, int DEPTH_>
+struct W8A16Gemv {
   static_assert(!(SCALE == FP8D_SCALE_MX && XKIND == FP8D_DTYPE_F16), "MX exponents exceed the f16 range");
-  constexpr int NSLOT = MT * NT * 4;
-  extern __shared__ float fp8d_red[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * (16 * MT);
-  const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
-  const int kgroups = (K + FP8D_MX_GROUP - 1) / FP8D_MX_GROUP;
-  const int nblk_n = (N + FP8D_WEIGHT_BLOCK - 1) / FP8D_WEIGHT_BLOCK;
+  static constexpr int MT = MT_, NT = NT_, DEPTH = DEPTH_;
+  static constexpr bool kPartial = SCALE == FP8D_SCALE_BLOCK;
+  static constexpr bool kUniformScale = SCALE == FP8D_SCALE_TENSOR;
+  static constexpr bool kRowScale = SCALE == FP8D_SCALE_ROW;
+  static constexpr bool kTokScale = false;
 
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mt][nt][c] = 0.0f;
+  struct Half {
+    uint4 x[NT][2];      // [token tile][8-value half]: this lane's 16 x values of chunk q
+    unsigned mx[MT][2];  // mxfp8: e8m0 code of the chunk's group per (row tile, h)
+  };
+  static constexpr int kHalfRegs = 8 * NT + (SCALE == FP8D_SCALE_MX ? 2 * MT : 0);
+  struct Scales {
+    float bs[MT];  // fp8_block: the step's block scale per row tile
+  };
+  static constexpr int kScaleRegs = kPartial ? MT : 0;
 
-  for (int s0 = warp; s0 < nsteps; s0 += nwarps * U) {
-    // All weight loads of U steps first: they are the DRAM stream, and issuing them together keeps
-    // U * MT * 64 bytes per lane in flight.
-    uint4 wv[U][MT][2][2];
+  const void* __restrict__ wscale;
+  const uint16_t* __restrict__ x;
+  int M, N, K;
+
+  __device__ __forceinline__ void load_half(Half& h, int n0, Fp8dLane L, int s, int q) const {
+    const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);  // K % 16 == 0: a chunk is all in or all out
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int s = s0 + u * nwarps;
+    for (int nt = 0; nt < NT; ++nt) {
+      const int tok = nt * 8 + L.g;
+      const bool ok = tok < M && kk < K;
+      const uint16_t* px = x + (long long)tok * K + kk;
+      h.x[nt][0] = ok ? fp8d_load128_keep(px) : make_uint4(0u, 0u, 0u, 0u);
+      h.x[nt][1] = ok ? fp8d_load128_keep(px + 8) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (SCALE == FP8D_SCALE_MX) {
+      const int kgroups = (K + FP8D_MX_GROUP - 1) / FP8D_MX_GROUP;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = n0 + mt * 16 + h * 8 + g;
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int kk = s * FP8D_KSTEP + t * FP8D_LANE_CHUNK + q * 16;
-            wv[u][mt][h][q] = (s < nsteps && row < N && kk < K)
-                                  ? fp8d_load128(w + (long long)row * K + kk)
-                                  : make_uint4(0u, 0u, 0u, 0u);
-          }
+        for (int hh = 0; hh < 2; ++hh) {
+          const int row = n0 + mt * 16 + hh * 8 + L.g;
+          h.mx[mt][hh] = (row < N && kk < K)
+                             ? (unsigned)reinterpret_cast<const uint8_t*>(wscale)[(long long)row * kgroups + kk / FP8D_MX_GROUP]
+                             : (unsigned)FP8D_E8M0_BIAS;
         }
     }
+  }
+
+  __device__ __forceinline__ void load_scales(Scales& sc, int n0, Fp8dLane, int s) const {
+    const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP, nblk_n = (N + FP8D_WEIGHT_BLOCK - 1) / FP8D_WEIGHT_BLOCK;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int s = s0 + u * nwarps;
-      if (s >= nsteps) break;  // warp-uniform
-      const int kc = s * FP8D_KSTEP + t * FP8D_LANE_CHUNK;
-      float part[MT][NT][4];
+    for (int mt = 0; mt < MT; ++mt) {
+      const int nb = (n0 + mt * 16) / FP8D_WEIGHT_BLOCK;  // 16-row tiles never straddle a block
+      sc.bs[mt] = nb < nblk_n ? reinterpret_cast<const float*>(wscale)[(long long)nb * nsteps + s] : 0.0f;
+    }
+  }
+
+  // Half step q: 4 words of 4 codes per row; word wd pairs with x values 4 wd .. 4 wd + 3 of the chunk.
+  __device__ __forceinline__ void half_mma(float (&d)[MT][NT][4], const Fp8dWeightStep<MT>& wt, const Half& h,
+                                           int q) const {
+    unsigned mxs[MT][2];
+    if constexpr (SCALE == FP8D_SCALE_MX) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int hh = 0; hh < 2; ++hh) mxs[mt][hh] = fp8d_e8m0_to_bf16x2(h.mx[mt][hh]);
+    }
 #pragma unroll
-          for (int c = 0; c < 4; ++c) part[mt][nt][c] = 0.0f;
-
-      unsigned mxs[MT][2];
-      if constexpr (SCALE == FP8D_SCALE_MX) {
+    for (int wd = 0; wd < 4; ++wd) {
+      unsigned a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = n0 + mt * 16 + h * 8 + g;
-            const unsigned code = (row < N && kc < K)
-                                      ? (unsigned)reinterpret_cast<const uint8_t*>(wscale)[(long long)row * kgroups + kc / FP8D_MX_GROUP]
-                                      : (unsigned)FP8D_E8M0_BIAS;
-            mxs[mt][h] = fp8d_e8m0_to_bf16x2(code);
+        for (int hh = 0; hh < 2; ++hh) {
+          unsigned lo, hi;
+          if constexpr (XKIND == FP8D_DTYPE_F16) {
+            fp8d_decode4_f16x2_fast(fp8d_word(wt.v[mt][hh][q], wd), lo, hi);
+          } else {
+            fp8d_decode4_bf16x2_fast(fp8d_word(wt.v[mt][hh][q], wd), lo, hi);
           }
-      }
-
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        uint4 xv[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int tok = nt * 8 + g, kk = kc + q * 16;
-          const bool ok = tok < M && kk < K;
-          const uint16_t* px = x + (long long)tok * K + kk;
-          xv[nt][0] = ok ? fp8d_load128_keep(px) : make_uint4(0u, 0u, 0u, 0u);
-          xv[nt][1] = ok ? fp8d_load128_keep(px + 8) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int wd = 0; wd < 4; ++wd) {
-          unsigned a[MT][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              unsigned lo, hi;
-              if constexpr (XKIND == FP8D_DTYPE_F16) {
-                fp8d_decode4_f16x2(fp8d_word(wv[u][mt][h][q], wd), lo, hi);
-              } else {
-                fp8d_decode4_bf16x2(fp8d_word(wv[u][mt][h][q], wd), lo, hi);
-              }
-              if constexpr (SCALE == FP8D_SCALE_MX) {
-                lo = fp8d_bf16x2_fma(lo, mxs[mt][h], 0x80008000u);
-                hi = fp8d_bf16x2_fma(hi, mxs[mt][h], 0x80008000u);
-              }
-              a[mt][h] = lo;      // a[0]: row g, a[1]: row g + 8 (lower K half)
-              a[mt][2 + h] = hi;  // a[2], a[3]: upper K half
-            }
+          if constexpr (SCALE == FP8D_SCALE_MX) {
+            lo = fp8d_bf16x2_fma(lo, mxs[mt][hh], 0x80008000u);
+            hi = fp8d_bf16x2_fma(hi, mxs[mt][hh], 0x80008000u);
           }
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const unsigned b[2] = {fp8d_word(xv[nt][wd >> 1], (wd & 1) * 2), fp8d_word(xv[nt][wd >> 1], (wd & 1) * 2 + 1)};
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              float(&d)[4] = (SCALE == FP8D_SCALE_BLOCK) ? part[mt][nt] : acc[mt][nt];
-              if constexpr (XKIND == FP8D_DTYPE_F16) {
-                fp8d_mma_f16_m16n8k16(d, a[mt], b);
-              } else {
-                fp8d_mma_bf16_m16n8k16(d, a[mt], b);
-              }
-            }
-          }
+          a[mt][hh] = lo;      // a[0]: row g, a[1]: row g + 8 (lower K half)
+          a[mt][2 + hh] = hi;  // a[2], a[3]: upper K half
         }
       }
-      if constexpr (SCALE == FP8D_SCALE_BLOCK) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const unsigned b[2] = {fp8d_word(h.x[nt][wd >> 1], (wd & 1) * 2), fp8d_word(h.x[nt][wd >> 1], (wd & 1) * 2 + 1)};
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int nb = (n0 + mt * 16) / FP8D_WEIGHT_BLOCK;  // 16-row tiles never straddle a block
-          const float sc = nb < nblk_n ? reinterpret_cast<const float*>(wscale)[(long long)nb * nsteps + s] : 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[mt][nt][c] = fmaf(part[mt][nt][c], sc, acc[mt][nt][c]);
+          if constexpr (XKIND == FP8D_DTYPE_F16) {
+            fp8d_mma_f16_m16n8k16(d[mt][nt], a[mt], b);
+          } else {
+            fp8d_mma_bf16_m16n8k16(d[mt][nt], a[mt], b);
+          }
         }
       }
     }
   }
 
-  fp8d_stage_partials<NSLOT>(fp8d_red, &acc[0][0][0]);
-  for (int i = threadIdx.x; i < NSLOT * 32; i += blockDim.x) {
-    const int f = i >> 5, ln = i & 31;
-    int r, tok;
-    fp8d_frag_coords(f, ln, NT, r, tok);
-    const int row = n0 + r;
-    if (row >= N || tok >= M) continue;
-    float v = fp8d_reduce_slot<NSLOT>(fp8d_red, f, ln, nwarps);
-    if constexpr (SCALE == FP8D_SCALE_TENSOR) v *= reinterpret_cast<const float*>(wscale)[0];
-    if constexpr (SCALE == FP8D_SCALE_ROW) v *= reinterpret_cast<const float*>(wscale)[row];
-    if (bias != nullptr) v += fp8d_load_as_f32(bias, row, bias_kind);
-    fp8d_store_from_f32(y, (long long)tok * N + row, v, out_kind);
+  // fp8_block: acc += (the step's code-space sum) * s[n/128, k/128].
+  __device__ __forceinline__ void finish(float (&acc)[MT][NT][4], const float (&part)[MT][NT][4],
+                                         const Scales& sc) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mt][nt][c] = fmaf(part[mt][nt][c], sc.bs[mt], acc[mt][nt][c]);
   }
-}
+
+  __device__ __forceinline__ float uniform_scale() const { return reinterpret_cast<const float*>(wscale)[0]; }
+  __device__ __forceinline__ float row_scale(int row) const { return reinterpret_cast<const float*>(wscale)[row]; }
+  __device__ __forceinline__ float tok_scale(int) const { return 1.0f; }
+};
 
 #ifndef FP8D_CFG_SCALE
 #error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U select the instantiation)"
 #endif
 
+// FP8D_CFG_U: K steps of weight loads each warp keeps in flight (GemvConfig.unroll).
 extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a16_gemv(
     const uint8_t* __restrict__ w, const void* __restrict__ wscale, const uint16_t* __restrict__ x,
     const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int bias_kind, int out_kind) {
-  w8a16_gemv_body<FP8D_CFG_SCALE, FP8D_CFG_XKIND, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U>(
-      w, wscale, x, bias, y, M, N, K, bias_kind, out_kind);
+  const W8A16Gemv<FP8D_CFG_SCALE, FP8D_CFG_XKIND, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U> p{wscale, x, M, N, K};
+  fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }

@@ -1,14 +1,75 @@
-// skinny_common.cuh: the parts the two decode-GEMV families (W8A16, W8A8) share.
+// skinny_common.cuh: the decode-GEMV driver both families (W8A16 gemv_w8a16.cu, W8A8 gemv_w8a8.cu) run;
+// a family only supplies a policy: its per-step operands, its MMAs and its scales.
 //
 // Geometry (why it looks like this): at M <= 32 the weight stream is the whole cost, so every lane issues
 // 16-byte loads along K and a CTA splits K across its warps (blockDim.x / 32 of them, interleaved by
 // 128-wide steps) to put enough bytes in flight even when N is small (N = 4096 -> 256 CTAs of 8 warps).
 // The tokens are the "n" side of an m16n8 MMA: a warp owns MT 16-row tiles of W and NT 8-token tiles of x.
-// K is permuted consistently in A and B: lane t of a quad owns codes [32 t, 32 t + 32) of each 128-step,
-// so its 16-byte loads feed the MMA fragments directly, and its chunk is exactly one MX group.
+// K is permuted consistently in A and B: in each 128-step, lane t of a quad owns the 16-byte chunks
+// [64 q + 16 t, 64 q + 16 t + 16), q = 0, 1, so one load instruction of a quad reads 64 contiguous bytes
+// of a row (two whole 32-byte sectors; a lane-contiguous 32-byte chunk would touch each sector twice).
+//
+// Latency (why the loop is a ring): a warp keeps DEPTH K-steps of weight loads in flight (a ring of
+// registers indexed at compile time), so DRAM latency is not paid once per step; at K = 4096 with 8 warps
+// a warp owns 4 steps and DEPTH = 4 issues all of them before the first MMA. The step's other operands
+// (x, block / MX scales: L1/L2 hits) are loaded one step ahead where the registers allow it (kPrefetch
+// below), else half a step (one 16-byte chunk per lane) at a time just before its MMAs, which keeps the
+// 32-token tiles within the budget. Output scales and bias are loaded before the main loop (read after the
+// reduction, so their latency hides behind the loop) except in the 4-accumulator-tile configs, which have
+// no registers to spare. Register budget: 128 per thread (__launch_bounds__(256, 2)); configs.py
+// GemvConfig.fits() lists the (tiles, DEPTH) pairs that compile without spills.
+//
 // The K-split partial sums are reduced through shared memory in warp order: deterministic.
+//
+// Programmatic dependent launch (sm_90): before fp8d_wait_prior_grid() the kernel reads only the weight
+// codes; x, x scales, weight scales and bias are read after it, and y is written after it. Launched
+// without the PDL attribute the wait returns at once.
 #pragma once
 #include "fp8_common.cuh"
+
+// Offset inside a 128-wide K step of lane t's q-th 16-byte chunk (see the geometry note above).
+__device__ __forceinline__ int fp8d_chunk_k(int t, int q) { return q * 64 + t * 16; }
+
+// One K step of one lane's weights: [16-row tile][h: row g or g + 8][q: 16-byte chunk].
+template <int MT>
+struct Fp8dWeightStep {
+  uint4 v[MT][2][2];
+};
+
+template <int N>
+__device__ __forceinline__ void fp8d_zero(float* a) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = 0.0f;
+}
+
+// Lane coordinates shared by the driver and the policies.
+struct Fp8dLane {
+  int g, t;  // quad group (row g / token g of a fragment) and lane within the quad
+};
+
+__device__ __forceinline__ Fp8dLane fp8d_lane() {
+  const int lane = threadIdx.x & 31;
+  return Fp8dLane{lane >> 2, lane & 3};
+}
+
+// Loads one K step of this lane's weights of the row tile at n0. Addresses and predicates are recomputed
+// from the kernel arguments each time (a few integer ops): registers kept across the loop would push the
+// 32-token tiles over the 128-register budget.
+template <int MT>
+__device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, const uint8_t* __restrict__ w,
+                                                      int n0, Fp8dLane L, int N, int K, int s) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);  // K % 16 == 0: a chunk is all in or all out
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = n0 + mt * 16 + h * 8 + L.g;
+        d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128(w + (long long)row * K + kk) : make_uint4(0u, 0u, 0u, 0u);
+      }
+  }
+}
 
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
@@ -18,20 +79,148 @@ __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& r
   tok = nt * 8 + 2 * t + (c & 1);
 }
 
-// Writes this warp's accumulators to shared memory and returns after the CTA barrier; the caller then
-// reduces with fp8d_reduce_slot. Layout [warp][slot][lane] keeps the stores conflict-free.
-template <int NSLOT>
-__device__ __forceinline__ void fp8d_stage_partials(float* red, const float* acc) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Shared memory of one CTA: the partials [warp][slot][lane] (conflict-free stores), then the tile's row
+// scales and bias, then the token scales. kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
+template <int MT, int NT>
+struct Fp8dSmemLayout {
+  static constexpr int kSlots = MT * NT * 4;
+  static constexpr int kRows = 16 * MT;
+  __device__ static float* row_scale(float* base, int nwarps) { return base + nwarps * kSlots * 32; }
+  __device__ static float* row_bias(float* base, int nwarps) { return row_scale(base, nwarps) + kRows; }
+  __device__ static float* tok_scale(float* base, int nwarps) { return row_bias(base, nwarps) + kRows; }
+};
+
+// The driver. P (a family policy) provides:
+//   MT, NT, DEPTH                    tile shape and weight steps in flight
+//   kPartial                         MMAs accumulate per step (into `part`), finish() folds them into acc
+//   struct Half, kHalfRegs           the non-weight operands of one half step q (lane chunk q: x, MX codes)
+//   struct Scales, kScaleRegs        the per-step scales (block / group), folded in by finish()
+//   load_half(Half&, n0, L, s, q), load_scales(Scales&, n0, L, s)
+//                                    issue those loads (no arithmetic on the values: no stall)
+//   half_mma(dst, Fp8dWeightStep, Half, q)  the MMAs of half step q into dst (part or acc)
+//   finish(acc, part, Scales)        end of a step (kPartial only)
+//   kUniformScale / uniform_scale()  one output scale for the whole call
+//   kRowScale / row_scale(row)       a per-output-row scale
+//   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
+template <class P, bool kPrefetch>
+__device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
+                                                 const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
+                                                 const typename P::Scales& pre_scales, int n0, Fp8dLane L, int s) {
+  constexpr int MT = P::MT, NT = P::NT;
+  float part[MT][NT][4];
+  if constexpr (P::kPartial) fp8d_zero<MT * NT * 4>(&part[0][0][0]);
+  float(&dst)[MT][NT][4] = P::kPartial ? part : acc;
+  if constexpr (kPrefetch) {
+    p.half_mma(dst, wt, pre[0], 0);
+    p.half_mma(dst, wt, pre[1], 1);
+    if constexpr (P::kPartial) p.finish(acc, part, pre_scales);
+  } else {
+    typename P::Scales sc;
+    if constexpr (P::kPartial) p.load_scales(sc, n0, L, s);
 #pragma unroll
-  for (int f = 0; f < NSLOT; ++f) red[(warp * NSLOT + f) * 32 + lane] = acc[f];
-  __syncthreads();
+    for (int q = 0; q < 2; ++q) {
+      typename P::Half h;
+      p.load_half(h, n0, L, s, q);
+      p.half_mma(dst, wt, h, q);
+    }
+    if constexpr (P::kPartial) p.finish(acc, part, sc);
+  }
 }
 
-// Sum over the K-splitting warps in a fixed order (run-to-run deterministic).
-template <int NSLOT>
-__device__ __forceinline__ float fp8d_reduce_slot(const float* red, int f, int lane, int nwarps) {
-  float v = 0.0f;
-  for (int w = 0; w < nwarps; ++w) v += red[(w * NSLOT + f) * 32 + lane];
-  return v;
+template <class P>
+__device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __restrict__ w,
+                                                 const void* __restrict__ bias, void* __restrict__ y, int M,
+                                                 int N, int K, int bias_kind, int out_kind) {
+  constexpr int MT = P::MT, NT = P::NT, D = P::DEPTH;
+  constexpr int NSLOT = MT * NT * 4, ROWS = 16 * MT;
+  // Prefetch the next step's operands only where the ring, two steps of them, the accumulators and ~4 MMA
+  // operand temporaries per tile leave ~24 registers for addresses (ptxas -v on sm_80/89/90: above that
+  // the loop spills).
+  constexpr int kStepRegs = 2 * P::kHalfRegs + P::kScaleRegs;
+  constexpr bool kPrefetch = D * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
+  constexpr int NB = kPrefetch ? 2 : 1;               // operand buffers
+  constexpr int R = (D % NB == 0) ? D : NB * D;        // unroll: ring slot (j % D) and buffer (j % NB) static
+  using Smem = Fp8dSmemLayout<MT, NT>;
+  static_assert(!P::kTokScale || P::kRowScale, "token scales are applied together with row scales");
+  static_assert(D >= 1 && D <= 4, "1..4 weight steps in flight");
+  extern __shared__ float fp8d_red[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const Fp8dLane L = fp8d_lane();
+  const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
+  const int n0 = blockIdx.x * ROWS;  // the launcher's grid: one CTA per row tile
+  if (n0 >= N) return;               // the whole CTA: no barrier is pending
+  Fp8dWeightStep<MT> ring[D];
+  typename P::Half half[NB][2];
+  typename P::Scales scales[NB];
+  // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
+  fp8d_wait_prior_grid();
+  if (kPrefetch && warp < nsteps) {
+    p.load_half(half[0][0], n0, L, warp, 0);
+    p.load_half(half[0][1], n0, L, warp, 1);
+    if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
+  }
+  // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
+  // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
+  constexpr bool kEarlyOut = MT * NT <= 2;
+  float uscale = 1.0f, tscale = 1.0f, rscale = 1.0f, rbias = 0.0f;
+  auto load_out = [&]() {
+    if constexpr (P::kUniformScale) uscale = p.uniform_scale();
+    if constexpr (P::kTokScale) tscale = threadIdx.x < M ? p.tok_scale(threadIdx.x) : 1.0f;
+    if (threadIdx.x < ROWS && n0 + (int)threadIdx.x < N) {
+      if constexpr (P::kRowScale) rscale = p.row_scale(n0 + threadIdx.x);
+      if (bias != nullptr) rbias = fp8d_load_as_f32(bias, n0 + threadIdx.x, bias_kind);
+    }
+  };
+  if constexpr (kEarlyOut) load_out();
+
+  float acc[MT][NT][4];
+  fp8d_zero<NSLOT>(&acc[0][0][0]);
+  for (int s0 = warp; s0 < nsteps; s0 += R * nwarps) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int s = s0 + r * nwarps;
+      if (s >= nsteps) break;  // warp-uniform
+      if constexpr (kPrefetch) {
+        if (s + nwarps < nsteps) {
+          const int b = (r + 1) % NB;
+          p.load_half(half[b][0], n0, L, s + nwarps, 0);
+          p.load_half(half[b][1], n0, L, s + nwarps, 1);
+          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
+        }
+      }
+      fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);
+      if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
+    }
+  }
+
+  if constexpr (!kEarlyOut) load_out();
+  // Reduction over the K-splitting warps in a fixed order (run-to-run deterministic), then the epilogue.
+#pragma unroll
+  for (int f = 0; f < NSLOT; ++f) fp8d_red[(warp * NSLOT + f) * 32 + lane] = (&acc[0][0][0])[f];
+  float* row_s = Smem::row_scale(fp8d_red, nwarps);
+  float* row_b = Smem::row_bias(fp8d_red, nwarps);
+  float* tok_s = Smem::tok_scale(fp8d_red, nwarps);
+  if (threadIdx.x < ROWS) {
+    row_s[threadIdx.x] = rscale;
+    row_b[threadIdx.x] = rbias;
+  }
+  if (threadIdx.x < 32) tok_s[threadIdx.x] = tscale;
+  __syncthreads();
+  for (int i = threadIdx.x; i < NSLOT * 32; i += blockDim.x) {
+    const int f = i >> 5, ln = i & 31;
+    int r, tok;
+    fp8d_frag_coords(f, ln, NT, r, tok);
+    const int row = n0 + r;
+    if (row >= N || tok >= M) continue;
+    float v = 0.0f;
+    for (int wp = 0; wp < nwarps; ++wp) v += fp8d_red[(wp * NSLOT + f) * 32 + ln];
+    if constexpr (P::kUniformScale) v *= uscale;
+    if constexpr (P::kRowScale && P::kTokScale) v *= tok_s[tok] * row_s[r];
+    if constexpr (P::kRowScale && !P::kTokScale) v *= row_s[r];
+    if (bias != nullptr) v += row_b[r];
+    fp8d_store_from_f32(y, (long long)tok * N + row, v, out_kind);
+  }
 }
