@@ -67,9 +67,28 @@ def device_arch(index: int) -> str:
 def _launch(name: str, entry: str, defines: dict[str, Any], device: int, arch: str | None, grid, block,
             args, smem: int = 0) -> None:
     arch = arch or device_arch(device)
-    key = (name, arch, tuple(sorted(defines.items())))
-    kernel = _driver.load(key, entry, device, lambda: compiler.compile_module(name, arch, dict(key[2])).image())
-    _driver.launch(kernel, grid, block, args, smem)
+    _driver.launch(_kernel(name, entry, tuple(sorted(defines.items())), device, arch), grid, block, args, smem)
+
+
+def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device: int, arch: str) -> _driver.LoadedKernel:
+    return _driver.load((name, arch, defines), entry, device,
+                        lambda: compiler.compile_module(name, arch, dict(defines)).image())
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
+               emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int]:
+    """(kernel, grid, block, smem) of one GEMV launch, cached: a decode step must not rebuild the defines, the
+    module key and the geometry in Python on every call (the host cost is the decode latency when the
+    caller does not use CUDA graphs)."""
+    if w8a8:
+        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
+    else:
+        name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
+    d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
+              **_extra_defines(emulate_mma, force_sw_cvt)})
+    kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch or device_arch(device))
+    return kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m)
 
 
 def _extra_defines(emulate_mma: bool, force_sw_cvt: bool) -> dict[str, Any]:
@@ -127,15 +146,11 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
-    scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
-    defines = {"FP8D_CFG_SCALE": SCALE_CODE[qw.format], "FP8D_CFG_XKIND": DTYPE_CODE[x2d.dtype],
-               "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
-               **_extra_defines(emulate_mma, force_sw_cvt)}
-    grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
-    args = (ptr(qw.qdata), ptr(scale), ptr(x2d), ptr(bias), ptr(y), int(m), int(n), int(k),
-            int(DTYPE_CODE[bias.dtype] if bias is not None else 0), int(DTYPE_CODE[out_dtype]))
-    _launch("gemv_w8a16.cu", "fp8d_w8a16_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
-            args, cfg.smem_bytes(m))
+    kernel, grid, block, smem = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
+                                           x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
+    args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
+            DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
+    _driver.launch(kernel, grid, block, args, smem)
     return y
 
 
@@ -170,34 +185,40 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
         raise FormatError("fused activation quantization takes a contiguous 2-D bf16/fp16/fp32 x [M, K]")
     m, k = x2d.shape
     dev = x2d.device
-    idx = dev.index or 0
-    codes = torch.empty((m, k), dtype=torch.uint8, device=dev)
-    xk = int(DTYPE_CODE[x2d.dtype])
-    defines = _extra_defines(False, force_sw_cvt)
+    codes = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=dev)
+    xk = DTYPE_CODE[x2d.dtype]
     if g is ActGranularity.PER_TOKEN:
         scales = torch.empty((m, 1), dtype=torch.float32, device=dev)
     elif g is ActGranularity.PER_TOKEN_GROUP_128:
-        scales = torch.empty((m, math.ceil(k / 128)), dtype=torch.float32, device=dev)
+        scales = torch.empty((m, -(-k // 128)), dtype=torch.float32, device=dev)
     else:
         scales = torch.empty((), dtype=torch.float32, device=dev)
-    plan = act_quant_plan(m, k, g)
+    launches = _act_quant_launches(m, k, g, dev.index or 0, arch, force_sw_cvt)
     partial = None
-    if len(plan) == 2:
-        partial = torch.empty((plan[0][1][0],), dtype=torch.float32, device=dev)
-    for entry, grid, block in plan:
+    if len(launches) == 2:
+        partial = torch.empty((launches[0][2][0],), dtype=torch.float32, device=dev)
+    for entry, kernel, grid, block in launches:
         if entry == "fp8d_act_quant_token":
-            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), k)
         elif entry == "fp8d_act_quant_group":
-            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(m), int(k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), m, k)
         elif entry in ("fp8d_act_quant_tensor_single", "fp8d_act_quant_tensor_redundant"):
-            args = (ptr(x2d), xk, ptr(codes), ptr(scales), int(m * k))
+            args = (ptr(x2d), xk, ptr(codes), ptr(scales), m * k)
         elif entry == "fp8d_act_amax_partial":
-            args = (ptr(x2d), xk, ptr(partial), int(m * k))
+            args = (ptr(x2d), xk, ptr(partial), m * k)
         else:  # fp8d_act_quant_tensor_apply
-            args = (ptr(x2d), xk, ptr(partial), int(partial.numel()), ptr(codes), ptr(scales),
-                    int(m * k))
-        _launch("act_quant.cu", entry, defines, idx, arch, grid, block, args)
-    return codes.view(torch.float8_e4m3fn), scales
+            args = (ptr(x2d), xk, ptr(partial), partial.numel(), ptr(codes), ptr(scales), m * k)
+        _driver.launch(kernel, grid, block, args)
+    return codes, scales
+
+
+@functools.lru_cache(maxsize=4096)
+def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: str | None, force_sw_cvt: bool):
+    """((entry, kernel, grid, block), ...) of act_quant_plan, kernels loaded: cached per shape (see _gemv_spec)."""
+    defines = tuple(sorted(_extra_defines(False, force_sw_cvt).items()))
+    arch = arch or device_arch(device)
+    return tuple((entry, _kernel("act_quant.cu", entry, defines, device, arch), grid, block)
+                 for entry, grid, block in act_quant_plan(m, k, g))
 
 
 def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -213,13 +234,11 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
-    defines = {"FP8D_CFG_ACTQ": ACTQ_CODE[g], "FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles,
-               "FP8D_CFG_U": cfg.unroll, **_extra_defines(emulate_mma, force_sw_cvt)}
-    grid = (math.ceil(n / cfg.rows_per_cta), 1, 1)
-    args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), int(m), int(n),
-            int(k), int(DTYPE_CODE[bias.dtype] if bias is not None else 0), int(DTYPE_CODE[out_dtype]))
-    _launch("gemv_w8a8.cu", "fp8d_w8a8_gemv", defines, x2d.device.index or 0, arch, grid, (32 * cfg.warps, 1, 1),
-            args, cfg.smem_bytes(m))
+    kernel, grid, block, smem = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
+                                           emulate_mma, force_sw_cvt)
+    args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
+            DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
+    _driver.launch(kernel, grid, block, args, smem)
     return y
 
 
