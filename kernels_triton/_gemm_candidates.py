@@ -65,7 +65,7 @@ class TritonW8A8Gemm(_GemmCandidate):
     id = "triton.w8a8_gemm"
     serves = frozenset((f, Act.FP8) for f in W8A8_LAYOUT)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
-                    "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py")
+                    "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works

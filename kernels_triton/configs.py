@@ -77,17 +77,32 @@ class GemvConfig(KernelConfig):
 
 @dataclasses.dataclass(frozen=True)
 class ActQuantConfig(KernelConfig):
-    """Dynamic activation quantization launch shape."""
+    """Launch shape of the dynamic activation quantizer (`kernels_triton._act_quant.plan` turns it into tiles).
 
-    block: int = 1024  # elements per program and loop step (per-token / per-tensor); groups use 128
-    num_warps: int = 4
-    # per-tensor: up to this many elements use ONE program that computes amax and casts (one launch);
-    # larger tensors use a block-parallel partial amax (atomic max) plus a cast kernel (two launches).
-    single_program_max: int = 1 << 16
+    block / (32 * num_warps) values per thread: 32 keeps four 128-bit loads of bf16 in flight per thread at ~40-60
+    registers, so 4+ programs of 8 warps stay resident per SM (memory-level parallelism from many programs)."""
+
+    block: int = 8192  # elements per program: a per-tensor tile, ~a per-token tile (whole rows), a 1x128-group tile
+    num_warps: int = 8  # warps per `block` elements (per-token rows scale the warps with the row length)
+    # per-tensor: up to this many elements ONE program computes the amax and casts (one launch, decode sizes;
+    # a single program streams slowly, so only for about one tile). Larger: an amax pass and a cast pass.
+    single_program_max: int = 8192
+    # per-tensor amax pass: programs per SM (each loops over tiles and writes one partial max). All must be
+    # resident at once (a second wave would double the pass); every cast program reduces the partials.
+    amax_programs_per_sm: int = 4
+    # per-token: rows up to this many elements stay in registers (warps scaled to keep values per thread);
+    # longer rows loop twice over the row (the second read mostly from L1/L2).
+    row_max: int = 16384
+    # bf16/fp16 inputs on a GPU: division by a per-group reciprocal + Markstein correction (bit-identical to
+    # IEEE division, see weight_quant._div_by_scale); False: div.rn per element (the reference path, slower).
+    recip_div: bool = True
 
     def __post_init__(self) -> None:
         if not _pow2(self.block) or not 128 <= self.block <= 16384 or not _pow2(self.num_warps):
             raise ValueError(f"ActQuantConfig: block a power of two in 128..16384, num_warps a power of two (got {self})")
+        if self.num_warps > 32 or self.amax_programs_per_sm < 1 or not _pow2(self.row_max) or self.row_max < 128:
+            raise ValueError(f"ActQuantConfig: num_warps <= 32, amax_programs_per_sm >= 1, row_max a power of two "
+                             f">= 128 (got {self})")
 
 
 def auto_split_k(m: int, n: int, k: int, cfg: GemvConfig, sm_count: int) -> int:
@@ -139,7 +154,10 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
 
 
 def default_act_quant_config(target: Target) -> ActQuantConfig:
-    return ActQuantConfig(block=2048 if target.has_wgmma else 1024, num_warps=4)
+    """The quantizer is memory bound on every target (a few instructions per element, see _act_quant), so one
+    shape serves all: 32 values per thread, 8 warps. Chosen from the sm_90 SASS; not yet timed on any GPU."""
+    del target  # the per-target hook the launcher calls; no target needs other tiles so far
+    return ActQuantConfig()
 
 
 def exact_hw_e4m3_cast(target: Target) -> bool:
