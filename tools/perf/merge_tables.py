@@ -1,0 +1,44 @@
+"""Merge tuning tables of one device, keeping per key (format, act, N, K, M bucket) the faster entry.
+
+Why: a partial re-tune (`tools.autotune --only cuda ...`) measures only some candidates; merging its table
+with `tables.merge` would let its winner replace a faster entry of another backend. Entries of all inputs
+must be current (same source hashes as the checkout): run it right after the autotunes it merges.
+
+    python -m tools.perf.merge_tables BASE.yaml NEW.yaml [NEW2.yaml ...] --out OUT.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dispatch import tables
+
+
+def merge_faster(base: tables.Table, *others: tables.Table) -> tuple[tables.Table, int]:
+    by_key = {e.key: e for e in base.entries}
+    replaced = 0
+    for t in others:
+        for e in t.entries:
+            old = by_key.get(e.key)
+            if old is None or e.us <= old.us:
+                replaced += old is not None
+                by_key[e.key] = e
+    return tables.merge(base, by_key.values()), replaced
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("base")
+    ap.add_argument("new", nargs="+")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    base = tables.load_table(args.base)
+    merged, replaced = merge_faster(base, *(tables.load_table(p) for p in args.new))
+    tables.save_table(merged, args.out)
+    print(f"[merge_tables] {len(merged.entries)} entries ({len(base.entries)} in the base, {replaced} replaced "
+          f"by faster ones) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
