@@ -109,12 +109,15 @@ def linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
 class _Plans(dict):
     """A weight's plans, plus the facts the hot path checks (read once from the QWeight)."""
 
-    __slots__ = ("n", "k", "device")
+    __slots__ = ("n", "k", "device", "device_index")
 
     def __init__(self, qw: QWeight):
         super().__init__()
         self.n, self.k = qw.shape
         self.device = qw.device
+        # GPU weights: Tensor.get_device() compared with an int instead of building a torch.device per call
+        # (-1 means "compare devices", the CPU case, where get_device() cannot tell CPU from meta).
+        self.device_index = qw.device.index if qw.device.type == "cuda" and qw.device.index is not None else -1
 
 
 def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
@@ -125,7 +128,8 @@ def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: 
             plans = qw._cache.setdefault(PLANS_KEY, _Plans(qw))
     shape = x.shape
     k = plans.k
-    if shape[-1] != k or x.device != plans.device:
+    di = plans.device_index
+    if shape[-1] != k or (x.get_device() != di if di >= 0 else x.device != plans.device):
         _check(x, qw, bias, out_dtype)  # raises the precise error
         raise AssertionError("unreachable")
     two_d = len(shape) == 2
@@ -135,7 +139,9 @@ def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: 
     if m == 0:
         _check(x, qw, bias, out_dtype)
         return x.new_empty((*shape[:-1], plans.n), dtype=out_dtype)
-    bucket = fast_bucket(m)
+    bucket = 1 << (m - 1).bit_length()  # fast_bucket, inlined (a call costs as much as the rest of the key)
+    if bucket > _MAX_BUCKET:
+        bucket = _MAX_BUCKET
     policy = current_policy() if _policy is None else _policy
     key = (bucket, x_dtype, out_dtype, bias is not None, policy, registry.generation)
     plan = plans.get(key)
