@@ -54,7 +54,7 @@ PRIORS: dict[str, Prior] = {
     "torch.reference": Prior(0.10, 0.05, False, 50.0, _ref_copy),
 }
 
-# Per (candidate, format) efficiencies fitted to the H200 run of 2026-11-29 (docs/perf/h200.md: decode M=1 on
+# Per (candidate, format) efficiencies fitted to the H200 run of 2026-11-29 (docs/perf/h200_session1_2026-11-29.md: decode M=1 on
 # 4096x4096 .. 128256x4096 gives bandwidth fraction and fixed cost; prefill M=4096 gives the compute fraction
 # against ArchSpec's 797 bf16 / 1430 fp8 TFLOP/s). They rank candidates where no tuned entry applies (a new
 # shape, or a table entry gone stale after a kernel changed). "guess" marks cells that run did not measure.
