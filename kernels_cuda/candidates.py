@@ -130,7 +130,7 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
 
 # The dequantize-then-cuBLAS route is for prefill: at decode M its two launches and 3 extra bytes of weight
 # traffic per element lose to the GEMVs (25 us at M = 1..16 on the H200, run 3).
-DEQUANT_CUBLAS_MIN_M = 64
+DEQUANT_CUBLAS_MIN_M = MAX_M + 1  # 33: every M the GEMVs do not serve (bucket 64 starts at 33)
 
 
 class CudaDequantCublas(_CudaCandidate):
