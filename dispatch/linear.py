@@ -129,7 +129,7 @@ def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: 
     shape = x.shape
     k = plans.k
     di = plans.device_index
-    if shape[-1] != k or (x.get_device() != di if di >= 0 else x.device != plans.device):
+    if shape[-1] != k or ((not x.is_cuda or x.get_device() != di) if di >= 0 else x.device != plans.device):
         _check(x, qw, bias, out_dtype)  # raises the precise error
         raise AssertionError("unreachable")
     two_d = len(shape) == 2

@@ -4,8 +4,9 @@ Memory: a weight is processed in row chunks of at most CHUNK_ELEMS values, so th
 input and the output stays near 4 fp32 temporaries of one chunk (~32 MB) whatever the weight's size.
 Per-tensor scaling needs the global amax first: one read pass for the amax, one for the codes.
 On CUDA/ROCm tensors the fused Triton kernels of `kernels_triton.weight_quant` produce the same bits in one launch
-that reads the weight once (per-tensor: an amax launch and a cast launch, two reads), allocate nothing but their
-outputs and an 8-byte counter, and detect NaN/Inf as a by-product of the group amax; the one host synchronization
+that reads the weight once (per-tensor: an amax launch and a cast launch, two reads), allocate their outputs and
+an 8-byte counter (the H200 measured <= 4 KB of transient memory, and a constant 524800 B for mxfp8 that is not
+traced yet), and detect NaN/Inf as a by-product of the group amax; the one host synchronization
 reads that counter. Only when it is nonzero does the torch path run, to say where the bad value is.
 FP8DISPATCH_QUANTIZER=torch forces the torch-ops path.
 

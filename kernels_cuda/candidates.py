@@ -177,8 +177,10 @@ class CudaDequantCublas(_CudaCandidate):
         if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
             # Exact codes (e4m3 is exact in bf16/fp16), the scale applied to the fp32 output. Folding the scale
             # into a bf16 weight (the block/MX route below) failed the autotune's verification for fp8_row on
-            # the H200 (2026-11-29: up to 2x off on single outputs at M >= 256; cause not isolated), and fp16
-            # cannot hold every code x scale anyway.
+            # the H200 (2026-11-29: 8-4912 outputs per cell outside 0.02 * rms + 0.02 * |ref| at M >= 256).
+            # The dequant kernel is bit-identical to dispatch.dequantize, so the GEMM's input differs from the
+            # reference only by the bf16 rounding of code x scale; why that alone fails the bound was not
+            # isolated (no device time left). fp16 cannot hold every code x scale anyway.
             with full_precision_reduction():
                 y = torch.mm(x2d, qw.qdata.to(x2d.dtype).t(), out_dtype=torch.float32)
             y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row
@@ -200,6 +202,17 @@ class CudaDequantCublas(_CudaCandidate):
 _REDUCTION_LOCK = threading.Lock()
 
 
+def _reduction_flag(kind: str):
+    """torch's cuBLAS reduced-precision-reduction setting for `kind` ("bf16" / "fp16"), in the form its setter
+    takes back: a bool on older torch, (allow_reduced_precision, allow_splitk) on newer ones."""
+    return getattr(torch._C, f"_get_cublas_allow_{kind}_reduced_precision_reduction")()
+
+
+def _set_reduction_flag(kind: str, value) -> None:
+    setter = getattr(torch._C, f"_set_cublas_allow_{kind}_reduced_precision_reduction")
+    setter(*value) if isinstance(value, tuple) else setter(value)
+
+
 @contextlib.contextmanager
 def full_precision_reduction() -> Iterator[None]:
     """cuBLAS half GEMMs with fp32 accumulation inside each split-K slice, and across slices.
@@ -207,18 +220,20 @@ def full_precision_reduction() -> Iterator[None]:
     torch allows cuBLAS to add split-K partial sums in bf16/fp16 by default
     (`torch.backends.cuda.matmul.allow_{bf16,fp16}_reduced_precision_reduction`); on the H200 that gave errors
     of 5-25 % on single outputs at M = 16 (run 3, both dequantize-then-cuBLAS routes failed verification the
-    same way). The flags are global: they are set for this call only, under a lock, and restored; another
-    thread's GEMM that overlaps the window gets the more precise reduction, never a less precise one.
+    same way). The flags are global: they are set for this call only, under a lock, and restored exactly
+    (the split-K part of newer torch's setting included). Another thread's GEMM that overlaps the window gets
+    the more precise reduction, never a less precise one; another thread that CHANGES the flags inside the
+    window has its change overwritten by the restore.
     """
-    mm = torch.backends.cuda.matmul
     with _REDUCTION_LOCK:
-        saved = (mm.allow_bf16_reduced_precision_reduction, mm.allow_fp16_reduced_precision_reduction)
-        mm.allow_bf16_reduced_precision_reduction = False
-        mm.allow_fp16_reduced_precision_reduction = False
+        saved = {kind: _reduction_flag(kind) for kind in ("bf16", "fp16")}
         try:
+            for kind, v in saved.items():
+                _set_reduction_flag(kind, (False, v[1]) if isinstance(v, tuple) else False)
             yield
         finally:
-            mm.allow_bf16_reduced_precision_reduction, mm.allow_fp16_reduced_precision_reduction = saved
+            for kind, v in saved.items():
+                _set_reduction_flag(kind, v)
 
 
 def candidates() -> list[Candidate]:

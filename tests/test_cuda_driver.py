@@ -71,9 +71,34 @@ def test_launch_from_another_context_switches_and_restores(fake):
 
 
 def test_launch_from_a_fresh_thread_makes_the_context_current(fake):
+    # A thread with no current context keeps the device's primary context current afterwards (what torch's
+    # first use of the device would do too).
     drv = fake(current_ctx=0)
     _driver.launch(KERNEL, (1, 1, 1), (32, 1, 1), ARGS)
     assert drv.launches[0]["ctx"] == 0x77 and drv.set_calls == [0x77]
+
+
+def test_full_precision_reduction_restores_torch_flags_exactly():
+    import torch
+
+    from kernels_cuda.candidates import full_precision_reduction
+
+    get_bf16 = torch._C._get_cublas_allow_bf16_reduced_precision_reduction
+    get_fp16 = torch._C._get_cublas_allow_fp16_reduced_precision_reduction
+    mm = torch.backends.cuda.matmul
+    before = (get_bf16(), get_fp16())
+    try:
+        mm.allow_fp16_reduced_precision_reduction = False  # a user setting that must survive
+        user = (get_bf16(), get_fp16())
+        with full_precision_reduction():
+            inside = (get_bf16(), get_fp16())
+        assert (get_bf16(), get_fp16()) == user
+        flat = [v[0] if isinstance(v, tuple) else v for v in inside]
+        assert flat == [False, False]
+    finally:
+        for kind, v in zip(("bf16", "fp16"), before):
+            setter = getattr(torch._C, f"_set_cublas_allow_{kind}_reduced_precision_reduction")
+            setter(*v) if isinstance(v, tuple) else setter(v)
 
 
 def test_load_builds_once_per_key(monkeypatch):

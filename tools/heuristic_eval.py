@@ -73,17 +73,17 @@ def results_from_journals(lines_per_journal: list[list[str]]) -> dict[str, Any]:
     """The bench-results shape ({"main": [cells with rows]}) built from autotune journals: per cell and
     candidate the best measured time, a config's final-stage time preferred over its quick one. Later journals
     are merged in (a re-tune of some candidates adds to the cells)."""
+    records = [json.loads(line) for lines in lines_per_journal for line in lines if line.strip()]
+    records = [r for r in records if r.get("kind") == "result" and r.get("status") == "ok" and r.get("us")]
+    # One code version per implementation: the last one measured (a journal can span kernel edits).
+    latest = {r["key"]["impl"]: r["key"].get("source_hash") for r in records}
     times: dict[tuple, dict[tuple, dict[str, float]]] = {}
-    for lines in lines_per_journal:
-        for line in lines:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if rec.get("kind") != "result" or rec.get("status") != "ok" or not rec.get("us"):
-                continue
-            k = rec["key"]
-            cell = (k["fmt"], k["act"], int(k["n"]), int(k["k"]), int(k["m"]))
-            times.setdefault(cell, {}).setdefault((k["impl"], k["config"]), {})[k["stage"]] = float(rec["us"])
+    for rec in records:
+        k = rec["key"]
+        if k.get("source_hash") != latest[k["impl"]]:
+            continue
+        cell = (k["fmt"], k["act"], int(k["n"]), int(k["k"]), int(k["m"]))
+        times.setdefault(cell, {}).setdefault((k["impl"], k["config"]), {})[k["stage"]] = float(rec["us"])
     main = []
     for (fmt, act, n, k, m), per_cfg in sorted(times.items()):
         rows = [{"route": impl, "status": "ok", "us": st.get("final", st.get("quick"))}

@@ -14,6 +14,20 @@ import argparse
 from dispatch import tables
 
 
+def stale_entries(*tabs: tables.Table) -> list[str]:
+    """Entries whose source hash differs from the checkout's (measured on other kernel code), as messages."""
+    from dispatch import registry
+
+    cands = {c.id: c for c in registry.candidates()}
+    out = []
+    for t in tabs:
+        for e in t.entries:
+            c = cands.get(e.impl)
+            if c is None or registry.source_hash(c) != e.source_hash:
+                out.append(f"{t.path}: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}")
+    return out
+
+
 def merge_faster(base: tables.Table, *others: tables.Table) -> tuple[tables.Table, int]:
     by_key = {e.key: e for e in base.entries}
     replaced = 0
@@ -33,7 +47,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     base = tables.load_table(args.base)
-    merged, replaced = merge_faster(base, *(tables.load_table(p) for p in args.new))
+    news = [tables.load_table(p) for p in args.new]
+    stale = stale_entries(base, *news)
+    if stale:
+        raise SystemExit(f"[merge_tables] {len(stale)} entries were measured on other kernel sources than this "
+                         f"checkout (first: {stale[0]}); re-run tools.autotune for them, then merge")
+    merged, replaced = merge_faster(base, *news)
     tables.save_table(merged, args.out)
     print(f"[merge_tables] {len(merged.entries)} entries ({len(base.entries)} in the base, {replaced} replaced "
           f"by faster ones) -> {args.out}")
