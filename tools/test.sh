@@ -9,4 +9,5 @@ fi
 "$VENV/bin/ruff" check --select E9,F .
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 if [ -f tools/isa_report.py ]; then "$PY" -m tools.isa_report; fi
+"$PY" -m tools.table_status  # informational: a stale entry is skipped by the dispatcher, not an error
 exec "$PY" -m pytest -q "$@"
