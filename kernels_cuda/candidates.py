@@ -71,6 +71,14 @@ class _CudaCandidate(Candidate):
 class _CudaGemvCandidate(_CudaCandidate):
     config_type = GemvConfig
 
+    def supports(self, problem: Problem, target: Target) -> Support:
+        s = _gemv_support(problem, target)
+        return self._family_support(problem, target, s) if s else s
+
+    def _family_support(self, problem: Problem, target: Target, shared: Support) -> Support:
+        """What the family adds to the shared GEMV checks (`shared` is their positive answer)."""
+        raise NotImplementedError
+
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return gemv_configs(problem, target)
 
@@ -84,13 +92,9 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
 
     id = "cuda.w8a16_gemv"
     serves = frozenset((f, Act.BF16) for f in Format)
-    config_type = GemvConfig
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a16.cu",)
 
-    def supports(self, problem: Problem, target: Target) -> Support:
-        s = _gemv_support(problem, target)
-        if not s:
-            return s
+    def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _HALF:
             return Support.no(f"activations of dtype {problem.x_dtype}: the tensor-core path takes bf16 or fp16")
         if problem.fmt is Format.MXFP8 and problem.x_dtype == torch.float16:
@@ -109,13 +113,9 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
 
     id = "cuda.w8a8_gemv"
     serves = frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
-    config_type = GemvConfig
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant.cu")
 
-    def supports(self, problem: Problem, target: Target) -> Support:
-        s = _gemv_support(problem, target)
-        if not s:
-            return s
+    def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _OUT:
             return Support.no(f"activations of dtype {problem.x_dtype} are not bf16, fp16 or fp32")
         if not target.has_fp8_mma:

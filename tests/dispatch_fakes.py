@@ -1,10 +1,12 @@
 """Fake candidates for dispatcher tests: they declare support like real kernels do (by feature predicates)
-and compute with the reference, so selection and plumbing are testable before the real backends exist."""
+and compute with the reference, so selection and plumbing are testable before the real backends exist.
+Also `run_concurrently`, the thread harness of the CPU and GPU concurrency tests."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+import threading
+from typing import Callable, ClassVar
 
 from dispatch import reference
 from dispatch.formats import Act, Format
@@ -67,3 +69,25 @@ def fake_backends() -> list[Candidate]:
         FakeKernel("triton.gemv", max_m=16),
         FakeKernel("triton.gemm"),
     ]
+
+
+def run_concurrently(work: Callable[[int], None], threads: int = 16) -> None:
+    """Run work(0..threads-1) on that many threads released together by a barrier (so plans are built under
+    contention); the first exception of any thread is re-raised here."""
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait()
+            work(i)
+        except BaseException as e:  # surfaced in the calling thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -6,8 +6,6 @@ own support predicates on the detected target, never restated.
 
 from __future__ import annotations
 
-import threading
-
 import math
 
 import pytest
@@ -20,6 +18,7 @@ from dispatch.formats import Act, Format
 from dispatch.linear import clear_plans, fast_bucket
 from dispatch.problem import Problem
 from dispatch.target import detect
+from dispatch_fakes import run_concurrently
 
 pytestmark = pytest.mark.gpu
 
@@ -221,28 +220,17 @@ def test_sixteen_threads_identical():
     for qw in qws:
         clear_plans(qw)  # plans are built under contention
     expected = {}
-    errors = []
-    barrier = threading.Barrier(16)
 
     def worker(i):
-        try:
-            barrier.wait()
-            out = []
-            for _ in range(3):
-                for qw in qws:
-                    for x in xs:
-                        out.append(dispatch.linear(x, qw))
-            torch.cuda.current_stream().synchronize()
-            expected[i] = out
-        except Exception as ex:
-            errors.append(ex)
+        out = []
+        for _ in range(3):
+            for qw in qws:
+                for x in xs:
+                    out.append(dispatch.linear(x, qw))
+        torch.cuda.current_stream().synchronize()
+        expected[i] = out
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_concurrently(worker)
     base = expected[0]
     for i in range(1, 16):
         for a, b in zip(base, expected[i]):

@@ -17,7 +17,7 @@ from dispatch.explain import NOT_RUN_ON_HARDWARE
 from dispatch.formats import Act, Format
 from dispatch.linear import PLANS_KEY, clear_plans
 from dispatch.target import Target
-from dispatch_fakes import FakeKernel, fake_backends
+from dispatch_fakes import FakeKernel, fake_backends, run_concurrently
 
 PAIRS = [(f, a) for f in Format for a in Act if (f, a) != (Format.MXFP8, Act.FP8)]
 N, K = 192, 320  # partial 128-blocks in both dims, K not a multiple of 32*... (320 = 10 * 32)
@@ -218,22 +218,13 @@ def test_concurrent_calls_identical(weights):
     qw = dispatch.quantize(torch.randn(N, K), "fp8_tensor")  # fresh: plans are built under contention
     xs = [torch.randn(m, K, dtype=torch.bfloat16) for m in (1, 2, 5, 9, 17, 33, 64, 3)]
     expected = [dispatch.reference.linear(x, qw) for x in xs]
-    errors = []
 
     def worker(i):
-        try:
-            for _ in range(5):
-                for x, e in zip(xs, expected):
-                    _close(dispatch.linear(x, qw), e)
-        except Exception as ex:  # surfaced in the main thread
-            errors.append(ex)
+        for _ in range(5):
+            for x, e in zip(xs, expected):
+                _close(dispatch.linear(x, qw), e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_concurrently(worker)
 
 
 @pytest.mark.skipif(os.environ.get("FP8DISPATCH_SKIP_COMPILE") == "1", reason="compile disabled")

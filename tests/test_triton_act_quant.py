@@ -172,23 +172,10 @@ def fast_interp_max():
     if not INTERP:
         yield
         return
-    import numpy as np
-    from triton.runtime import interpreter
+    from test_weight_quant_kernel import fast_nan_max_reduce
 
-    from kernels_triton import weight_quant
-
-    generic = interpreter.ReduceOps.apply_impl
-
-    def apply_impl(self, input):
-        if self.combine_fn is weight_quant._max_nan:
-            return self.min_max(input[0], val_reduce_op=np.max, idx_reduce_op=None)
-        return generic(self, input)
-
-    interpreter.ReduceOps.apply_impl = apply_impl
-    try:
+    with fast_nan_max_reduce():
         yield
-    finally:
-        interpreter.ReduceOps.apply_impl = generic
 
 
 def _check_against_reference(x, gran, cfg, tag=""):

@@ -8,6 +8,7 @@ torch path, on the real 28672x4096 shape, on every finite bf16/fp16 value, on cr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -190,18 +191,15 @@ def _exact_fma32(x, y, z):
     return s.astype(np.float32)
 
 
-def _interp_main() -> int:
-    """Runs in a child process with TRITON_INTERPRET=1: the kernels on CPU tensors vs the torch path."""
-    from fractions import Fraction
-
+@contextlib.contextmanager
+def fast_nan_max_reduce():
+    """Under the Triton interpreter, reduce with the kernels' NaN-propagating max as numpy's max (NaN-propagating
+    too) instead of calling the combine function one element at a time in Python. Speed only; restored on exit.
+    Shared with tests/test_triton_act_quant.py."""
     from triton.runtime import interpreter
 
-    from dispatch.target import detect
     from kernels_triton import weight_quant
-    from kernels_triton.weight_quant import quantize_weight, select_config
 
-    # Speed only: the interpreter reduces with a custom combine function one element at a time in Python; the
-    # kernels' NaN-propagating max is numpy's max (NaN-propagating too).
     generic = interpreter.ReduceOps.apply_impl
 
     def apply_impl(self, input):
@@ -210,6 +208,26 @@ def _interp_main() -> int:
         return generic(self, input)
 
     interpreter.ReduceOps.apply_impl = apply_impl
+    try:
+        yield
+    finally:
+        interpreter.ReduceOps.apply_impl = generic
+
+
+def _interp_main() -> int:
+    """Runs in a child process with TRITON_INTERPRET=1: the kernels on CPU tensors vs the torch path."""
+    with fast_nan_max_reduce():
+        return _interp_checks()
+
+
+def _interp_checks() -> int:
+    from fractions import Fraction
+
+    from triton.runtime import interpreter
+
+    from dispatch.target import detect
+    from kernels_triton.weight_quant import quantize_weight, select_config
+
     failures = []
     # the exact-fma emulation itself, against rational arithmetic (random and cancellation-prone inputs)
     rng = np.random.default_rng(0)
