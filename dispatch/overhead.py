@@ -7,6 +7,9 @@ Both loops run the same plan; `direct` calls the candidate's `run` with the prep
 hand-wired kernel call costs), `linear` goes through the dispatcher. CPU wall time per call, median of
 `rounds` interleaved rounds. On a GPU the device work is tiny per call (M = 1) and the queue is drained
 between rounds, so CPU time is launch time. The target is overhead_us <= 2.
+
+`overhead_us` is the difference of two ~20 us launch-bound loops, so launch jitter of a few us shows up in
+it; `dispatch_only_us` (see `dispatch_only`) measures the dispatcher's work alone, with a stub kernel.
 """
 
 from __future__ import annotations
@@ -53,4 +56,51 @@ def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat1
     sync()
     lu, du = statistics.median(lin), statistics.median(dir_)
     return {"linear_us": lu, "direct_us": du, "overhead_us": lu - du, "candidate": plan.decision.candidate_id,
-            "m": m, "device": str(dev)}
+            "m": m, "device": str(dev), **dispatch_only(qw, x, b, iters=iters * 10, rounds=rounds)}
+
+
+def _stub_run(x2d, qw, prepared, bias, out_dtype, config):
+    return x2d
+
+
+def dispatch_only(qw: QWeight, x: torch.Tensor, bias: torch.Tensor | None = None, *, iters: int = 2000,
+                  rounds: int = 15) -> dict[str, float]:
+    """The dispatcher's own host cost, isolated: `linear` with the plan's kernel replaced by a stub that
+    returns at once, minus the same stub called directly. No kernel is launched, so the GPU queue and the
+    launch-time jitter (each a few us, larger than what is measured) do not enter; what remains is exactly
+    the work `linear` adds on top of a kernel launch. The weight's plan for x's key is restored after."""
+    _linear(x, qw, bias, None)
+    plans = qw._cache[PLANS_KEY]
+    bucket = fast_bucket(x.numel() // qw.in_features)
+    keys = [k for k in plans if k[:4] == (bucket, x.dtype, x.dtype, bias is not None)]
+    saved = {k: plans[k] for k in keys}
+    stub, dt = [], []
+    try:
+        for k in keys:
+            plans[k] = plans[k]._replace(run=_stub_run)
+        plan = plans[keys[0]]
+
+        def direct() -> None:
+            for _ in range(iters):
+                plan.run(x, qw, plan.prepared, bias, x.dtype, plan.config)
+
+        def via() -> None:
+            for _ in range(iters):
+                linear(x, qw, bias, None)
+
+        direct()
+        via()
+        for _ in range(rounds):
+            for fn, out in ((direct, dt), (via, stub)):
+                t = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t) / iters * 1e6)
+    finally:
+        plans.update(saved)
+    su, du = statistics.median(stub), statistics.median(dt)
+    return {"dispatch_only_us": su - du, "dispatch_only_iqr_us": _iqr(stub)}
+
+
+def _iqr(v: list[float]) -> float:
+    q = statistics.quantiles(v, n=4)
+    return q[2] - q[0]

@@ -16,6 +16,12 @@ Shared structure:
     (`% M`, `% N`) so loads need no mask there; the store is masked. The K tail is masked with zeros.
   - `num_stages` software pipelining comes from the plain pointer-increment loop (cp.async on sm_80+,
     async copies + wgmma on sm_90).
+  - Split-K (SPLIT, a constexpr; the split count SPLIT_K is a runtime argument): at M = 64-256 the M x N
+    tiles alone are too few to fill the SMs (4096 x 4096 at M = 64 is 32-64 tiles for 132 SMs), so grid
+    axis 1 splits the K tiles into SPLIT_K contiguous ranges. Each program stores its fp32 partial tile
+    (weight tensor / row scales already applied: they are linear) to a workspace [SPLIT_K, M, N], and
+    `_gemv_kernels._gemv_reduce` sums the partials in split order, adds the bias and casts: deterministic,
+    no atomics.
   - HW_FP8 (a constexpr): codes travel as fp8e4nv and convert in hardware (sm_89+, gfx12). Without it
     (sm_80: Triton rejects fp8e4nv even as a pointer type) they travel as uint8 and are decoded exactly
     in software (kernels_triton._fp8); W8A8 then multiplies the exactly decoded bf16 values with bf16
@@ -95,6 +101,21 @@ def _tile_rows(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
 
 
 @triton.jit
+def _k_tile_range(K, BLOCK_K: tl.constexpr, SPLIT_K, SPLIT: tl.constexpr):
+    """[lo, hi): the K tiles this program reduces (all of them without split-K; else the contiguous range
+    of split program_id(1), possibly empty when SPLIT_K does not divide the tile count)."""
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    if SPLIT:
+        per_split = tl.cdiv(k_tiles, SPLIT_K)
+        lo = tl.program_id(1) * per_split
+        hi = tl.minimum(lo + per_split, k_tiles)
+    else:
+        lo = 0
+        hi = k_tiles
+    return lo, hi
+
+
+@triton.jit
 def _k_tile_sources(x_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA: tl.constexpr):
     """What _load_k_tile reads: the TMA descriptors themselves, or the [BLOCK_M, BLOCK_K] / [BLOCK_N,
     BLOCK_K] pointer tiles of the first K tile (the kernel advances them by BLOCK_K per K tile)."""
@@ -168,6 +189,14 @@ def _per_n(v, SWAP_AB: tl.constexpr):
 
 
 @triton.jit
+def _store_partial(part_ptr, acc, offs_m, offs_n, M, N, SWAP_AB: tl.constexpr):
+    """Split-K: this split's fp32 partial tile into the workspace [SPLIT_K, M, N] (bias and cast come in
+    the reduction)."""
+    base = part_ptr + tl.program_id(1).to(tl.int64) * M * N
+    _store_tile(base, acc, offs_m, offs_n, M, N, N, SWAP_AB)
+
+
+@triton.jit
 def _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB: tl.constexpr):
     out = acc.to(y_ptr.dtype.element_ty)
     rows = offs_m.to(tl.int64) * stride_ym
@@ -180,13 +209,14 @@ def _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB: tl.constex
     tl.store(ptrs, out, mask=mask)
 
 
-@triton.jit
+# SPLIT_K is a runtime count (a value of 1 must not become a specialized constant: one variant per SPLIT).
+@triton.jit(do_not_specialize=["SPLIT_K"])
 def _w8a16_gemm_kernel(
-    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
-    M, N, K,
+    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr,
+    M, N, K, SPLIT_K,
     stride_xm, stride_wn, stride_ym, stride_ws,
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
-    DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr,
+    DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
@@ -196,6 +226,8 @@ def _w8a16_gemm_kernel(
     stride_ws is its row stride (unused for TENSOR/ROW).
     USE_TMA: x_ptr / w_ptr are host tensor descriptors ([BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K] blocks,
     zero-filled out of bounds); otherwise plain pointers.
+    SPLIT: this program reduces only its split's K tiles and stores an fp32 partial to part_ptr (module
+    docstring); y_ptr and bias are then written by the reduction.
     """
     if USE_TMA:
         DTYPE: tl.constexpr = x_ptr.dtype
@@ -213,7 +245,11 @@ def _w8a16_gemm_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+    kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
+    if SPLIT and not USE_TMA:
+        x_src += kt_lo * BLOCK_K
+        w_src += kt_lo * BLOCK_K
+    for kt in range(kt_lo, kt_hi):
         k0 = kt * BLOCK_K
         x, codes = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if WSCALE == _W_MX32 and MX_PRESCALE:
@@ -246,18 +282,21 @@ def _w8a16_gemm_kernel(
         acc = acc * tl.load(ws_ptr)
     if WSCALE == _W_ROW:
         acc = acc * _per_n(tl.load(ws_ptr + rows_n), SWAP_AB)
-    if HAS_BIAS:
-        acc = acc + _per_n(tl.load(bias_ptr + rows_n).to(tl.float32), SWAP_AB)
-    _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB)
+    if SPLIT:
+        _store_partial(part_ptr, acc, offs_m, offs_n, M, N, SWAP_AB)
+    else:
+        if HAS_BIAS:
+            acc = acc + _per_n(tl.load(bias_ptr + rows_n).to(tl.float32), SWAP_AB)
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["SPLIT_K"])
 def _w8a8_gemm_kernel(
-    xq_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
-    M, N, K,
+    xq_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr,
+    M, N, K, SPLIT_K,
     stride_xm, stride_wn, stride_ym, stride_xs, stride_ws,
     SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
@@ -266,7 +305,7 @@ def _w8a8_gemm_kernel(
     GROUP_BLOCK: xs [M, cdiv(K,128)] (row stride stride_xs), ws [cdiv(N,128), cdiv(K,128)] (stride_ws).
     USE_TMA: xq_ptr / w_ptr are host tensor descriptors with [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]
     blocks (sm_90 TMA bulk copies; out-of-bounds rows and the K tail are zero-filled by the hardware, so
-    no masks); otherwise plain pointers.
+    no masks); otherwise plain pointers. SPLIT: split-K partials as in the W8A16 kernel.
     """
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     x_src, w_src = _k_tile_sources(xq_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
@@ -275,7 +314,11 @@ def _w8a8_gemm_kernel(
         ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+    kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
+    if SPLIT and not USE_TMA:
+        x_src += kt_lo * BLOCK_K
+        w_src += kt_lo * BLOCK_K
+    for kt in range(kt_lo, kt_hi):
         k0 = kt * BLOCK_K
         a, b = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if not HW_FP8:
@@ -305,6 +348,9 @@ def _w8a8_gemm_kernel(
         sx = tl.load(xs_ptr + rows_m.to(tl.int64) * stride_xs)
         sw = tl.load(ws_ptr + rows_n)
         acc = acc * sx[:, None] * sw[None, :]
-    if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + rows_n).to(tl.float32)[None, :]
-    _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, False)
+    if SPLIT:
+        _store_partial(part_ptr, acc, offs_m, offs_n, M, N, False)
+    else:
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + rows_n).to(tl.float32)[None, :]
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, False)

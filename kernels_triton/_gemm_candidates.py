@@ -32,14 +32,15 @@ class TritonW8A16Gemm(_GemmCandidate):
     id = "triton.w8a16_gemm"
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
-                    "kernels_triton/_fp8.py")
+                    "kernels_triton/_fp8.py", "kernels_triton/_gemv_kernels.py")
     act = Act.BF16
     sibling = "triton.w8a8_gemm"
     x_dtypes = (torch.bfloat16, torch.float16)
     x_dtypes_note = ": bf16/fp16 only (an fp32 tensor-core dot would run as TF32)"
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16, problem.k)
+        return w8a16_configs(target, W8A16_LAYOUT[problem.fmt], problem.x_dtype == torch.float16, problem.k,
+                             problem.m)
 
     def prepare(self, qw: QWeight) -> Any:
         if qw.format is Format.MXFP8:
@@ -65,7 +66,8 @@ class TritonW8A8Gemm(_GemmCandidate):
     id = "triton.w8a8_gemm"
     serves = frozenset((f, Act.FP8) for f in W8A8_LAYOUT)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
-                    "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py")
+                    "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
+                    "kernels_triton/_gemv_kernels.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works
@@ -77,7 +79,7 @@ class TritonW8A8Gemm(_GemmCandidate):
         return ""
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return w8a8_configs(target, W8A8_LAYOUT[problem.fmt], problem.k)
+        return w8a8_configs(target, W8A8_LAYOUT[problem.fmt], problem.k, problem.m)
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:

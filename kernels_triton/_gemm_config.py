@@ -12,6 +12,9 @@ Why these shapes (H200 / sm_90, wgmma):
     from registers on sm_90; B must be in shared memory), so the decoded tile never round-trips through
     shared memory. Tiles of 128 (weight rows) x 128/256 (tokens) x 64, 8 warps.
   - block128 scales multiply the partial product of each K tile, so block_k must divide 128.
+  - M <= 256 (`m` given): small token tiles (64) and auto split-K come first. Large tiles at M = 64-256
+    leave most SMs idle (H200, session 2: 256x128 W8A16 tiles ran 4096x4096 at M = 256 as 32 programs,
+    3.5x slower than bf16 cuBLAS); these spaces trade MMA efficiency per tile for programs in flight.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class GemmConfig(KernelConfig):
     # the tensors allow it (16-byte aligned bases and row strides: K % 16 == 0 for fp8 codes); otherwise
     # the launcher runs the pointer path with the same tile (same results).
     tma: bool = False
+    # Split-K: 1 = none; n > 1 = K tiles split n ways (fp32 partials + a deterministic reduction); 0 = chosen
+    # at launch from (M, N, K) and the SM count (`split_for`), so one config serves a whole M bucket.
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "num_warps"):
@@ -51,8 +57,23 @@ class GemmConfig(KernelConfig):
                 raise ValueError(f"GemmConfig.{name} must be a power of two, got {getattr(self, name)}")
         if not (16 <= self.block_m <= 256 and 16 <= self.block_n <= 256 and 16 <= self.block_k <= 256):
             raise ValueError(f"GemmConfig tiles must be within 16..256, got {self.block_m}x{self.block_n}x{self.block_k}")
-        if self.group_m < 1 or self.num_stages < 1 or self.num_warps > 16:
-            raise ValueError(f"GemmConfig: group_m >= 1, num_stages >= 1, num_warps <= 16 (got {self})")
+        if self.group_m < 1 or self.num_stages < 1 or self.num_warps > 16 or not 0 <= self.split_k <= 16:
+            raise ValueError(f"GemmConfig: group_m >= 1, num_stages >= 1, num_warps <= 16, split_k in 0..16 "
+                             f"(got {self})")
+
+    def split_for(self, m: int, n: int, k: int, sm_count: int) -> int:
+        """The split count a launch uses: the fixed split_k (at most one split per K tile), or for split_k = 0
+        the largest power of two that keeps the tiles within one wave of `sm_count` programs, every split
+        >= 4 K tiles deep (enough for the pipeline), and the fp32 partials no larger than the fp8 weight."""
+        k_tiles = -(-k // self.block_k)
+        if self.split_k:
+            return max(1, min(self.split_k, k_tiles))
+        tiles = -(-m // self.block_m) * -(-n // self.block_n)
+        split = 1
+        while (tiles * split * 2 <= sm_count and k_tiles >= 4 * split * 2
+               and split * 2 * m * n * 4 <= n * k):
+            split *= 2
+        return split
 
     def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
@@ -105,10 +126,28 @@ def _legal_unique(space: list[GemmConfig], why_not) -> list[GemmConfig]:
     return out
 
 
-def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None) -> list[GemmConfig]:
+_SMALL_M = 256  # M buckets up to this get the small-tile, split-K spaces first (see module docstring)
+
+
+def _small_m_first(space: list[GemmConfig], small: list[GemmConfig], m: int | None) -> list[GemmConfig]:
+    return small + space if m is not None and m <= _SMALL_M else space + small
+
+
+def _splitk(*tiles: tuple[int, int, int, int, int], swap_ab: bool = False, tma: bool = False) -> list[GemmConfig]:
+    """Like _tiles, with split_k = 0 (chosen at launch)."""
+    return [dataclasses.replace(c, split_k=0, tma=tma) for c in _tiles(*tiles, swap_ab=swap_ab)]
+
+
+def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None, m: int | None = None) -> list[GemmConfig]:
     """Autotune space for the W8A8 GEMM on `target`; the first entry is the default. On TMA targets
     (sm_90, `has_wgmma`) with 16-byte aligned rows (k % 16 == 0, or k unknown) the TMA variants of the
-    first tiles come first."""
+    first tiles come first. `m` (the M bucket, if known): small-M spaces first."""
+    aligned = target.has_wgmma and (k is None or k % 16 == 0)
+    small: list[GemmConfig] = []
+    if target.has_wgmma:
+        # one warpgroup per 64-token tile; 64- or 128-wide weight tiles; K split to fill the SMs
+        small = _splitk((64, 128, 128, 4, 4), (64, 64, 128, 4, 5), (128, 128, 128, 8, 4), tma=aligned)
+        small += _splitk((64, 128, 128, 4, 4), (64, 64, 128, 4, 5))
     if target.has_wgmma and scales is A8Scales.GROUP_BLOCK:
         # Each K tile's product is waited for and scaled in registers next to the fp32 accumulator, so a
         # thread holds two accumulators: 64x128 per warpgroup (64 + 64 registers) leaves headroom, while
@@ -128,15 +167,27 @@ def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None) -> list
                        (64, 64, 128, 4, 3))
     else:  # sm_80: uint8 codes decoded to bf16, bf16 mma.sync
         space = _tiles(*_MMA_SYNC_BF16)
-    if target.has_wgmma and (k is None or k % 16 == 0):
+    if aligned:
         space = [dataclasses.replace(c, tma=True) for c in space[:4]] + space
-    return _legal_unique(space, lambda c: c.legal_for_w8a8(scales))
+    return _legal_unique(_small_m_first(space, small, m), lambda c: c.legal_for_w8a8(scales))
 
 
-def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = None) -> list[GemmConfig]:
+def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = None,
+                  m: int | None = None) -> list[GemmConfig]:
     """Autotune space for the W8A16 GEMM on `target`; the first entry is the default. On TMA targets
     with 16-byte aligned rows (k % 16 == 0 or unknown) TMA twins of the first tiles are added after
-    the pointer default (the pointer path is the one whose structure the AOT tests pin)."""
+    the pointer default (the pointer path is the one whose structure the AOT tests pin). `m` (the M
+    bucket, if known): small-M spaces first."""
+    aligned = target.has_wgmma and (k is None or k % 16 == 0)
+    small: list[GemmConfig] = []
+    if target.has_wgmma:
+        # swap_ab: 64 weight rows per warpgroup (wgmma M) x 64/128 tokens (wgmma N); K split to fill the SMs.
+        # Layouts with a per-K-tile scale cannot swap (legal_for_w8a16): their twins without swap_ab follow.
+        tiles = ((64, 64, 128, 4, 5), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (128, 128, 64, 8, 4))
+        small = _splitk(*tiles[:2], swap_ab=True, tma=aligned) + _splitk(*tiles, swap_ab=True)
+        small += _splitk((64, 64, 128, 4, 5), (64, 128, 128, 4, 4), tma=aligned) + _splitk((64, 128, 64, 4, 4))
+        if fp16_x and wscale is WScale.MX32:
+            small = _splitk((64, 64, 32, 4, 6), (64, 128, 32, 4, 6), swap_ab=True) + _splitk((64, 128, 32, 4, 6))
     if fp16_x and wscale is WScale.MX32:
         # 2^e is applied to 32-deep partial products (see legal_for_w8a16).
         space = _tiles((64, 64, 32, 4, 2)) if target.is_rocm else []
@@ -159,6 +210,6 @@ def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = 
                        (64, 128, 32, 4, 2))
     else:
         space = _tiles(*_MMA_SYNC_BF16)
-    if target.has_wgmma and (k is None or k % 16 == 0):
+    if aligned:
         space = space[:1] + [dataclasses.replace(c, tma=True) for c in space[:3]] + space[1:]
-    return _legal_unique(space, lambda c: c.legal_for_w8a16(wscale, fp16_x))
+    return _legal_unique(_small_m_first(space, small, m), lambda c: c.legal_for_w8a16(wscale, fp16_x))

@@ -39,12 +39,14 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> I
     code = _code_type(target)
     xsig, wsig = _operand_types(cfg, x, code)
     sig = {"x_ptr": xsig, "w_ptr": wsig, "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*" + x,
-           "y_ptr": "*" + x, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
-           "stride_ym": "i32", "stride_ws": "i32"}
+           "y_ptr": "*" + x, "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32",
+           "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32", "stride_ws": "i32"}
     cx = {"WSCALE": int(wscale), "MX_PRESCALE": wscale is WScale.MX32 and x == "bf16", "HAS_BIAS": False,
           "HW_FP8": code == "fp8e4nv", "DOT_F32": False, "SWAP_AB": cfg.swap_ab, "USE_TMA": cfg.tma,
+          "SPLIT": cfg.split_k != 1,
           "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
-    name = f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}]"
+    name = (f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}"
+            f"{',splitk' if cfg.split_k != 1 else ''}]")
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.
     ints = _ALIGNED_INTS + (("stride_ws",) if wscale is WScale.MX32 else ())
     return variant(name, target, _w8a16_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages, ints)
@@ -55,18 +57,19 @@ def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> IsaVaria
     code = _code_type(target)
     xsig, wsig = _operand_types(cfg, code, code)
     sig = {"xq_ptr": xsig, "xs_ptr": "*fp32", "w_ptr": wsig, "ws_ptr": "*fp32", "bias_ptr": "*bf16",
-           "y_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
-           "stride_ym": "i32", "stride_xs": "i32", "stride_ws": "i32"}
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32",
+           "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32", "stride_xs": "i32", "stride_ws": "i32"}
     cx = {"SCALES": int(scales), "HAS_BIAS": False, "HW_FP8": code == "fp8e4nv", "DOT_F32": False,
-          "USE_TMA": cfg.tma, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
+          "USE_TMA": cfg.tma, "SPLIT": cfg.split_k != 1, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
           "GROUP_M": cfg.group_m}
-    name = f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}]"
+    name = f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}{',splitk' if cfg.split_k != 1 else ''}]"
     return variant(name, target, _w8a8_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages, _ALIGNED_INTS)
 
 
 def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[IsaVariant]:
     """Every prefill variant x target, each with the target's default config (first of its space);
-    on wgmma targets the W8A16 family also lists its non-swapped variant (both are in the space)."""
+    on wgmma targets the W8A16 family also lists its non-swapped variant (both are in the space), and
+    both families their first split-K variant (the default of the M <= 256 spaces)."""
     out: list[IsaVariant] = []
     for arch in targets:
         t = Target.simulated_for(arch)
@@ -75,10 +78,12 @@ def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[IsaVariant
                 space = w8a16_configs(t, ws, x == "fp16")
                 picks = ([space[0]] + [c for c in space[1:] if c.swap_ab != space[0].swap_ab][:1]
                          + [c for c in space[1:] if c.tma][:1])
+                picks += [c for c in w8a16_configs(t, ws, x == "fp16", m=64) if c.split_k != 1][:1]
                 out.extend(_w8a16_variant(t, ws, x, c) for c in picks)
         for sc in A8Scales:
             space = w8a8_configs(t, sc)
             picks = [space[0]] + [c for c in space[1:] if c.tma != space[0].tma][:1]
+            picks += [c for c in w8a8_configs(t, sc, m=64) if c.split_k != 1][:1]
             out.extend(_w8a8_variant(t, sc, c) for c in picks)
     return out
 

@@ -1,7 +1,7 @@
 """Launchers of the Triton prefill GEMMs: tensor checks, the views each kernel variant reads, the grid.
 
 No host synchronization and no branch on tensor values: everything here depends on shapes, dtypes and
-the config only, so a launch can be captured in a CUDA graph.
+the config only (the split-K count on the SM count too), so a launch can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -99,8 +99,37 @@ def _operands(x: torch.Tensor, w: torch.Tensor, cfg: GemmConfig):
     return x, w, False
 
 
-def _grid(m: int, n: int, cfg: GemmConfig) -> tuple[int]:
-    return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+def _split(x: torch.Tensor, m: int, n: int, k: int, cfg: GemmConfig) -> int:
+    if cfg.split_k == 1:
+        return 1
+    if x.device.type == "cpu":  # interpreter: a small pretend GPU, so auto split-K is exercised
+        sms = 8
+    else:
+        from ._gemv import _sm_count
+        sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    return cfg.split_for(m, n, k, sms)
+
+
+def _grid(m: int, n: int, cfg: GemmConfig, split: int) -> tuple[int, int]:
+    return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), split)
+
+
+def _outputs(m: int, n: int, split: int, out_dtype: torch.dtype, device: torch.device):
+    """(y, the split-K workspace or y itself when there is no split)."""
+    y = torch.empty((m, n), dtype=out_dtype, device=device)
+    part = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=device)
+    return y, part
+
+
+def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, split: int) -> None:
+    """y = sum of the split-K partials in split order (+ bias), cast: the GEMV's deterministic reduction."""
+    if split == 1:
+        return
+    from ._gemv_kernels import _gemv_reduce
+    m, n = y.shape
+    rb = 256
+    _gemv_reduce[(triton.cdiv(n, rb), m)](part, bias if bias is not None else y, y, m, n, split, y.stride(0),
+                                          HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
 
 
 def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
@@ -121,18 +150,20 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     m, k = x.shape
     n = qw.out_features
     dot_f32 = x.device.type == "cpu" if dot_f32 is None else dot_f32
-    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    split = _split(x, m, n, k, config)
+    y, part = _outputs(m, n, split, out_dtype, x.device)
     ws, stride_ws = _weight_scale_args(qw)
     xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
-    _w8a16_gemm_kernel[_grid(m, n, config)](
-        xa, wa, ws, bias if bias is not None else y, y,
-        m, n, k,
+    _w8a16_gemm_kernel[_grid(m, n, config, split)](
+        xa, wa, ws, bias if bias is not None else y, y, part,
+        m, n, k, split,
         x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
         WSCALE=int(wscale), MX_PRESCALE=(wscale is WScale.MX32 and not fp16_x), HAS_BIAS=bias is not None,
-        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma,
+        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    _reduce_splits(part, bias, y, split)
     return y
 
 
@@ -180,14 +211,17 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     dot_f32 = xq.device.type == "cpu" if dot_f32 is None else dot_f32
     xs_t, stride_xs = _act_scale_args(scales, xs, m, k)
     ws, stride_ws = _weight_scale_args(qw)
-    y = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    split = _split(xq, m, n, k, config)
+    y, part = _outputs(m, n, split, out_dtype, xq.device)
     xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8), config)
-    _w8a8_gemm_kernel[_grid(m, n, config)](
-        xa, xs_t, wa, ws, bias if bias is not None else y, y,
-        m, n, k,
+    _w8a8_gemm_kernel[_grid(m, n, config, split)](
+        xa, xs_t, wa, ws, bias if bias is not None else y, y, part,
+        m, n, k, split,
         xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws,
         SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
+        SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    _reduce_splits(part, bias, y, split)
     return y

@@ -74,6 +74,7 @@ def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):
     assert res["main"][0]["decision"].get("candidate")
     assert res["quantizer"][0]["status"] == "ok" and res["quantizer"][0]["gbps"] > 0
     assert res["overhead"][0]["status"] == "ok" and "overhead_us" in res["overhead"][0]
+    assert 0 < res["overhead"][0]["dispatch_only_us"] < 1000, res["overhead"][0]
     u = res["untabled"][0]
     assert u["fallback"]["status"] == "ok" and u["tuned"].get("candidate")
     assert (tmp_path / "report.md").exists()

@@ -45,3 +45,21 @@ def test_cli_refuses_stale_tables(tmp_path):
         merge_tables.main([str(base), str(stale), "--out", str(tmp_path / "out.yaml")])
     merge_tables.main([str(base), str(base), "--out", str(tmp_path / "out.yaml")])
     assert len(tables.load_table(tmp_path / "out.yaml").entries) == 1
+
+
+def test_drop_stale_needs_every_dropped_key_retuned(tmp_path):
+    """--drop-stale: a stale base entry is never compared; its key must come back from the new tables."""
+    base = tmp_path / "base.yaml"
+    tables.save_table(_table([_entry("torch.dequant_mm", 1, 1.0, source_hash="sha256:0000000000000000"),
+                              _entry("torch.reference", 16, 10.0)]), base)
+    partial = tmp_path / "partial.yaml"
+    tables.save_table(_table([_entry("torch.reference", 16, 9.0)]), partial)
+    with pytest.raises(SystemExit, match="no re-tuned entry"):
+        merge_tables.main([str(base), str(partial), "--out", str(tmp_path / "out.yaml"), "--drop-stale"])
+    with pytest.raises(SystemExit, match="re-run tools.autotune"):  # without the flag the stale base is refused
+        merge_tables.main([str(base), str(partial), "--out", str(tmp_path / "out.yaml")])
+    full = tmp_path / "full.yaml"
+    tables.save_table(_table([_entry("torch.reference", 1, 5.0)]), full)
+    merge_tables.main([str(base), str(partial), str(full), "--out", str(tmp_path / "out.yaml"), "--drop-stale"])
+    got = {e.m_bucket: (e.impl, e.us) for e in tables.load_table(tmp_path / "out.yaml").entries}
+    assert got == {1: ("torch.reference", 5.0), 16: ("torch.reference", 9.0)}  # the stale 1.0 us never won

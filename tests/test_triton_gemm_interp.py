@@ -79,40 +79,46 @@ _NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
 @pytest.mark.parametrize("fmt", W8A16_FORMATS)
 @pytest.mark.parametrize("block_k", [32, 64, 128])
-@pytest.mark.parametrize("swap,tma", [(False, False), (True, False), (True, True)])
-def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap, tma):
+@pytest.mark.parametrize("swap,tma,split", [(False, False, 1), (True, False, 1), (True, True, 1), (False, False, 3),
+                                            (True, True, 3)])
+def test_w8a16_every_layout_and_k_tile(fmt, block_k, swap, tma, split):
     """Fixed partial shape crossing 128-blocks along N and K (N = 150, K = 300, or 304 with TMA: 16-byte
     aligned rows, so the descriptor path really runs) and a K tile holding 1, 2 or 4 mx groups: every
-    layout's scale indexing, deterministically."""
+    layout's scale indexing, deterministically. split = 3 splits K's 3-10 tiles unevenly (the last split
+    short or empty) with the bias added once, in the reduction."""
     g = torch.Generator().manual_seed(block_k + 7 * swap)
     k = 304 if tma else 300
     qw = dispatch.quantize(_weight(150, k, g), fmt, act="bf16")
     x = _x(37, k, torch.bfloat16, g)
+    bias = torch.randn(150, generator=g).to(torch.bfloat16) if split > 1 else None
     cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, swap_ab=swap,
-               tma=tma)
+               tma=tma, split_k=split)
     if swap and fmt == "fp8_block":
         # Rejected by GemmConfig.legal_for_w8a16 (wrong on the H200); the launcher must refuse it.
         with pytest.raises(UnsupportedError, match="swap_ab"):
-            _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+            _launch().w8a16_gemm(x, qw, bias, torch.float32, cfg, hw_fp8=False, dot_f32=True)
         return
-    y = _launch().w8a16_gemm(x, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
-    _close(y, x, qw, None, torch.float32)
+    y = _launch().w8a16_gemm(x, qw, bias, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+    _close(y, x, qw, bias, torch.float32)
 
 
 @pytest.mark.parametrize("fmt", W8A8_FORMATS)
 @pytest.mark.parametrize("block_k", [32, 64, 128])
-@pytest.mark.parametrize("tma", [False, True])
-def test_w8a8_every_layout_and_k_tile(fmt, block_k, tma):
+@pytest.mark.parametrize("tma,split", [(False, 1), (True, 1), (False, 3), (True, 0)])
+def test_w8a8_every_layout_and_k_tile(fmt, block_k, tma, split):
     """K = 304 keeps rows 16-byte aligned, so tma=True really takes the descriptor path (emulated by the
-    interpreter: zero-filled out-of-bounds boxes); K = 300 exercises the pointer fallback of tma=True."""
+    interpreter: zero-filled out-of-bounds boxes); K = 300 exercises the pointer fallback of tma=True.
+    split: 3 = uneven K split, 0 = chosen at launch (8 pretend SMs under the interpreter)."""
     g = torch.Generator().manual_seed(block_k)
     for k in (304, 300) if tma else (300,):
         qw = dispatch.quantize(_weight(150, k, g), fmt, act="fp8")
         x = _x(37, k, torch.bfloat16, g)
+        bias = torch.randn(150, generator=g) if split != 1 else None
         xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
-        cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, tma=tma)
-        y = _launch().w8a8_gemm(xq, xs, qw, None, torch.float32, cfg, hw_fp8=False, dot_f32=True)
-        _close(y, x, qw, None, torch.float32)
+        cfg = _cfg(block_m=16, block_n=64, block_k=block_k, group_m=2, num_warps=4, num_stages=1, tma=tma,
+                   split_k=split)
+        y = _launch().w8a8_gemm(xq, xs, qw, bias, torch.float32, cfg, hw_fp8=False, dot_f32=True)
+        _close(y, x, qw, bias, torch.float32)
 
 
 tiles = st.sampled_from([(16, 16, 32), (16, 32, 32), (32, 16, 64), (16, 64, 32), (32, 32, 128)])
@@ -122,8 +128,8 @@ tiles = st.sampled_from([(16, 16, 32), (16, 32, 32), (32, 16, 64), (16, 64, 32),
 @given(m=st.integers(1, 40), n=st.integers(1, 90), k=st.integers(1, 300), fmt=st.sampled_from(W8A16_FORMATS),
        tile=tiles, group_m=st.sampled_from([1, 2, 3]), swap=st.booleans(), hw=st.booleans(),
        x_dtype=st.sampled_from([torch.bfloat16, torch.float16]), out_dtype=st.sampled_from([torch.float32, torch.bfloat16]),
-       has_bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype, out_dtype, has_bias, seed):
+       has_bias=st.booleans(), split=st.sampled_from([1, 0, 2, 5]), seed=st.integers(0, 2**16))
+def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype, out_dtype, has_bias, split, seed):
     g = torch.Generator().manual_seed(seed)
     qw = dispatch.quantize(_weight(n, k, g), fmt, act="bf16")
     x = _x(m, k, x_dtype, g)
@@ -133,7 +139,8 @@ def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype,
         bk = 32  # 2^e multiplies 32-deep partial products (legal_for_w8a16)
     if fmt == "fp8_block" or (fmt == "mxfp8" and x_dtype == torch.float16):
         swap = False  # swap_ab with a per-K-tile scale is rejected (legal_for_w8a16: wrong on the H200)
-    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, swap_ab=swap)
+    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, swap_ab=swap,
+               split_k=split)
     y = _launch().w8a16_gemm(x, qw, bias, out_dtype, cfg, hw_fp8=hw, dot_f32=True)
     assert y.shape == (m, n) and y.dtype == out_dtype
     _close(y, x, qw, bias, out_dtype)
@@ -142,15 +149,16 @@ def test_w8a16_matches_reference(m, n, k, fmt, tile, group_m, swap, hw, x_dtype,
 @settings(max_examples=10, phases=_NO_SHRINK)
 @given(m=st.integers(1, 40), n=st.integers(1, 90), k=st.integers(1, 300), fmt=st.sampled_from(W8A8_FORMATS),
        tile=tiles, group_m=st.sampled_from([1, 2, 3]), hw=st.booleans(), has_bias=st.booleans(),
-       tma=st.booleans(), seed=st.integers(0, 2**16))
-def test_w8a8_matches_reference(m, n, k, fmt, tile, group_m, hw, has_bias, tma, seed):
+       tma=st.booleans(), split=st.sampled_from([1, 0, 2, 5]), seed=st.integers(0, 2**16))
+def test_w8a8_matches_reference(m, n, k, fmt, tile, group_m, hw, has_bias, tma, split, seed):
     g = torch.Generator().manual_seed(seed)
     qw = dispatch.quantize(_weight(n, k, g), fmt, act="fp8")
     x = _x(m, k, torch.bfloat16, g)
     bias = torch.randn(n, generator=g) if has_bias else None
     xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
     bm, bn, bk = tile
-    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, tma=tma)
+    cfg = _cfg(block_m=bm, block_n=bn, block_k=bk, group_m=group_m, num_warps=4, num_stages=1, tma=tma,
+               split_k=split)
     y = _launch().w8a8_gemm(xq, xs, qw, bias, torch.float32, cfg, hw_fp8=hw, dot_f32=True)
     _close(y, x, qw, bias, torch.float32)
 

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="format[:act] list or 'all' (see tools/autotune.py)")
     ap.add_argument("--untabled-shapes", default="untabled", help="shapes for the untabled section")
     ap.add_argument("--untabled-m", default="1,16,256,4096", help="M values for the untabled section")
+    ap.add_argument("--untabled-max-configs", type=int, default=3,
+                    help="configs per candidate when tuning an untabled shape (as the shipped tables were tuned; 0 = all)")
     ap.add_argument("--quantizer-shape", default="28672x4096", help="weight shape for the quantizer section")
     ap.add_argument("--overhead-shape", default="4096x4096", help="weight shape for the overhead section (M = 1)")
     ap.add_argument("--tuned", default="", help="autotune output dir (journal.jsonl): per-candidate best configs")
@@ -432,7 +434,8 @@ class Bench:
         torch = self.torch
         settings = TuneSettings(skip=tuple(s for s in self.args.skip.split(",") if s), compare_bf16=False,
                                 rotation=self.rotation, quick=QUICK if self.cuda else self.policy,
-                                final=self.policy)
+                                final=self.policy, top_k=2,
+                                max_configs=getattr(self.args, "untabled_max_configs", 3) or None)
         env = TuneEnv(self.device, self.target, self.timer, self.registry.candidates(), self.registry.source_hash,
                       quantize, reference.linear, self.l2)
         tuner = Tuner(env, settings, Journal(self.out / "untabled" / "journal.jsonl"))

@@ -4,12 +4,18 @@ Why: a partial re-tune (`tools.autotune --only cuda ...`) measures only some can
 with `tables.merge` would let its winner replace a faster entry of another backend. Entries of all inputs
 must be current (same source hashes as the checkout): run it right after the autotunes it merges.
 
-    python -m tools.perf.merge_tables BASE.yaml NEW.yaml [NEW2.yaml ...] --out OUT.yaml
+    python -m tools.perf.merge_tables BASE.yaml NEW.yaml [NEW2.yaml ...] --out OUT.yaml [--drop-stale]
+
+--drop-stale: after a kernel edit, the base's entries of the edited candidates are stale. They are dropped
+(never compared: their times belong to other code), and their keys must be re-tuned with EVERY candidate in
+one of the NEW tables (a stale entry was that key's winner; its runner-up is not in the table). The merge
+refuses if a dropped key has no entry in the NEW tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from dispatch import tables
 
@@ -26,6 +32,21 @@ def stale_entries(*tabs: tables.Table) -> list[str]:
             if c is None or registry.source_hash(c) != e.source_hash:
                 out.append(f"{t.path}: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}")
     return out
+
+
+def drop_stale(base: tables.Table) -> tuple[tables.Table, list]:
+    """(base without its stale entries, the keys dropped)."""
+    from dispatch import registry
+
+    cands = {c.id: c for c in registry.candidates()}
+    keep, dropped = [], []
+    for e in base.entries:
+        c = cands.get(e.impl)
+        if c is None or registry.source_hash(c) != e.source_hash:
+            dropped.append(e.key)
+        else:
+            keep.append(e)
+    return dataclasses.replace(base, entries=tuple(keep)), dropped
 
 
 def merge_faster(base: tables.Table, *others: tables.Table) -> tuple[tables.Table, int]:
@@ -45,9 +66,18 @@ def main(argv=None) -> int:
     ap.add_argument("base")
     ap.add_argument("new", nargs="+")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--drop-stale", action="store_true", help="drop the base's stale entries (see the module doc)")
     args = ap.parse_args(argv)
     base = tables.load_table(args.base)
     news = [tables.load_table(p) for p in args.new]
+    if args.drop_stale:
+        base, dropped = drop_stale(base)
+        covered = {e.key for t in news for e in t.entries}
+        missing = [k for k in dropped if k not in covered]
+        if missing:
+            raise SystemExit(f"[merge_tables] {len(missing)} stale base entries have no re-tuned entry in the new "
+                             f"tables (first: {missing[0]}); re-tune those keys with every candidate")
+        print(f"[merge_tables] dropped {len(dropped)} stale base entries, all re-tuned in the new tables")
     stale = stale_entries(base, *news)
     if stale:
         raise SystemExit(f"[merge_tables] {len(stale)} entries were measured on other kernel sources than this "
