@@ -78,11 +78,18 @@ def _config_for(cand: Candidate, entry: Entry, tier: Tier, idx: int, problem: Pr
         raise TableError(f"tuning table {tier.table.path}: entry #{idx} ({entry.format}/{entry.act} N={entry.n} "
                          f"K={entry.k} M-bucket={entry.m_bucket}): config {dict(entry.config)} does not fit "
                          f"{cand.id}'s {cand.config_type.__name__}: {ex}") from None
-    if exact:
-        return cfg
-    # A borrowed config must be one the candidate offers for *this* shape, else use its default.
+    # The config must be one the candidate offers for *this* problem, else its default is used. Borrowed
+    # (nearest-shape) configs need it; exact entries too, because the table key has no x dtype: an entry tuned
+    # with bf16 x also serves fp16 x, where some configs are illegal (found on the H200: an mxfp8 swap_ab
+    # config, legal with bf16 x, refused at launch with fp16 x).
     space = cand.configs(problem, target)
-    return cfg if cfg in space else cand.default_config(problem, target)
+    if cfg in space:
+        return cfg
+    if exact:
+        _log_once(("config",) + entry.key + (cand.id, str(problem.x_dtype)),
+                  "tuned config %s of %s is not in its space for x=%s: using the default config",
+                  dict(entry.config), _entry_ref(tier, idx, entry), problem.x_dtype)
+    return cand.default_config(problem, target)
 
 
 def eligible(problem: Problem, target: Target, candidates: Sequence[Candidate], policy: Policy,

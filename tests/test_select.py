@@ -210,3 +210,25 @@ def test_heuristic_ranks_unvalidated_backends_last():
     assert d.backend == "triton" and "hip.w8a16_gemv" in d.detail
     d = select(p, t, candidates=cands, policy=policy(force=("hip",)), hardware_validated=lambda c: c.backend != "hip")
     assert d.candidate_id == "hip.w8a16_gemv"  # still reachable when it is the only one allowed
+
+
+def test_tuned_config_illegal_for_this_x_dtype_falls_back_to_the_default():
+    """The table key has no x dtype: an mxfp8 entry tuned with bf16 x (a swap_ab GEMM config) also answers
+    an fp16 problem, where swap_ab is illegal. Found on the H200 as an UnsupportedError at launch; the
+    selection must hand out a config the candidate accepts for the problem at hand."""
+    from dispatch import tables
+    from dispatch.tables import TableSet, Tier
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton.candidates import candidates as triton_candidates
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    cand = next(c for c in triton_candidates() if c.id == "triton.w8a16_gemm")
+    tuned = GemmConfig(64, 128, 128, 8, 4, 4, swap_ab=True, tma=True, split_k=0)
+    e = tables.make_entry("mxfp8", "bf16", 4096, 4096, 64, cand.id, tuned.to_dict(), registry.source_hash(cand),
+                          10.0, 1e-3)
+    ts = TableSet((Tier("device", tables.merge(tables.new_table(t), [e])),))
+    for xd, want_tuned in ((torch.bfloat16, True), (torch.float16, False)):
+        p = Problem(Format.MXFP8, Act.BF16, 64, 4096, 4096, xd, xd)
+        d = select(p, t, ts, [cand])
+        assert d.source == "table" and (d.config == tuned) == want_tuned, (xd, d.config)
+        assert d.config in cand.configs(p, t)

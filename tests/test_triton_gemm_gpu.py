@@ -164,21 +164,28 @@ def test_full_sm90_spaces_at_prefill_size():
             _check(y, x, qw, None, fp8_mma=tgt.has_fp8_mma and tgt.has_triton_fp8_dtype, what=f"{fmt} {cfg}")
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 4096, 4096), (200, 1000, 4096), (256, 6656, 2560), (33, 300, 1200)])
+@pytest.mark.parametrize("m,n,k", [(200, 1000, 4096), (33, 300, 1200)])
 def test_small_m_spaces_with_split_k(m, n, k):
-    """Every config of this GPU's M <= 256 spaces (small tiles, split-K fixed and chosen at launch) on
-    shapes where the auto split is > 1, with a bias (added once, in the reduction) and partial tiles."""
+    """Configs of this GPU's M <= 256 spaces (small tiles, split-K chosen at launch: the first three and two
+    sampled) on partial tiles where the auto split is > 1, with a bias (added once, in the reduction). Every
+    config of these spaces is also verified against the reference on the 8 baseline shapes by each autotune
+    before it is timed (docs/perf/h200.md); a test of all of them here took > 7 minutes of compiles."""
     tgt = detect(torch.device("cuda"))
     from kernels_triton._gemm_config import w8a8_configs, w8a16_configs
     from kernels_triton._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
     g = torch.Generator(device="cuda").manual_seed(m)
     bucket = 1 << (m - 1).bit_length()
     splits = set()
+    rnd = random.Random(m)
+
+    def some(space):
+        return space[:3] + rnd.sample(space[3:], min(2, len(space[3:])))
+
     for fmt in W8A16_FORMATS:
         qw = dispatch.quantize(_weight(n, k, g), fmt, act="bf16")
         x = _x(m, k, torch.bfloat16, g)
         bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
-        for cfg in w8a16_configs(tgt, W8A16_LAYOUT[Format(fmt)], False, k, bucket):
+        for cfg in some(w8a16_configs(tgt, W8A16_LAYOUT[Format(fmt)], False, k, bucket)):
             splits.add(cfg.split_for(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count))
             y = _launch().w8a16_gemm(x, qw, bias, torch.float32, cfg, hw_fp8=tgt.has_triton_fp8_dtype)
             _check(y, x, qw, bias, fp8_mma=False, what=f"{fmt} {m}x{n}x{k} {cfg}")
@@ -187,7 +194,7 @@ def test_small_m_spaces_with_split_k(m, n, k):
         x = _x(m, k, torch.bfloat16, g)
         bias = torch.randn(n, device="cuda", generator=g)
         xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
-        for cfg in w8a8_configs(tgt, W8A8_LAYOUT[Format(fmt)], k, bucket):
+        for cfg in some(w8a8_configs(tgt, W8A8_LAYOUT[Format(fmt)], k, bucket)):
             y = _launch().w8a8_gemm(xq, xs, qw, bias, torch.float32, cfg, hw_fp8=tgt.has_triton_fp8_dtype)
             _check(y, x, qw, bias, fp8_mma=tgt.has_fp8_mma and tgt.has_triton_fp8_dtype,
                    what=f"{fmt} {m}x{n}x{k} {cfg}")
