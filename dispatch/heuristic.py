@@ -102,10 +102,23 @@ def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
     return PRIORS.get(candidate.id) or BACKEND_DEFAULTS.get(candidate.backend, _FALLBACK)
 
 
+# Two shape effects the priors (fitted on aligned shapes at M = 1 and 4096) do not carry, measured on the
+# H200 by `tools.bench --what untabled` (docs/perf/h200.md, session 3):
+#  - Triton GEMM tiles: the MMA work of a tile is done whatever M is, and the smallest token tile of the
+#    spaces is 64 (wgmma's M), so their FLOPs are counted with M rounded up to TILE_M.
+#  - Rows of fp8 codes that are not 16-byte aligned (K % 16 != 0) rule out TMA and 128-bit loads: the Triton
+#    GEMMs ran 2-7x slower than at aligned K on 3000x1000 (e.g. fp8_row/bf16 M = 4096: 841 us against 113 us
+#    for dequantize-then-cuBLAS; M = 1: 15-78 us against 9-11 us for the Triton GEMV).
+GEMM_TILE_M = 64
+UNALIGNED_GEMM_SLOWDOWN = 5.0
+_TILED_GEMMS = ("triton.w8a16_gemm", "triton.w8a8_gemm")
+
+
 def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float:
     """Estimated microseconds of one call of `candidate` on `problem`, `target`."""
     spec = target.spec
     pr = prior_of(candidate, problem, target)
+    tiled = candidate.id in _TILED_GEMMS
     xb = problem.x_dtype.itemsize
     ob = problem.out_dtype.itemsize
     nbytes = problem.weight_bytes + problem.m * problem.k * xb + problem.m * problem.n * ob
@@ -113,5 +126,11 @@ def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float
         nbytes += pr.extra_bytes(problem)
     mem_us = nbytes / (spec.mem_gbps * 1e3 * pr.bw_eff)
     peak = spec.fp8_tflops if pr.fp8_mma and spec.fp8_tflops > 0 else spec.bf16_tflops
-    compute_us = problem.flops / (max(peak, 1e-3) * 1e6 * pr.compute_eff)
-    return max(mem_us, compute_us) + pr.fixed_us
+    flops = problem.flops
+    if tiled and problem.m < GEMM_TILE_M:
+        flops = flops * GEMM_TILE_M / problem.m
+    compute_us = flops / (max(peak, 1e-3) * 1e6 * pr.compute_eff)
+    us = max(mem_us, compute_us)
+    if tiled and problem.k % 16:
+        us *= UNALIGNED_GEMM_SLOWDOWN
+    return us + pr.fixed_us

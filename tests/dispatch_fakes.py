@@ -51,7 +51,7 @@ class FakeKernel(Candidate):
         return Support.yes()
 
     def configs(self, problem, target):
-        return [FakeConfig(), FakeConfig(128, 1), FakeConfig(64, 4)]
+        return [FakeConfig(), FakeConfig(128, 1), FakeConfig(64, 4), FakeConfig(128, 4)]
 
     def default_config(self, problem, target):
         return FakeConfig()
