@@ -289,3 +289,29 @@ def test_dry_run_lists_real_candidates_for_a_simulated_h200(capsys):
     out = capsys.readouterr().out
     assert "fp8_tensor/fp8 4096x4096 M=1:" in out and "candidate configs to verify" in out
     assert "torch.scaled_mm_tensorwise" in out
+
+
+def test_also_try_adds_previous_winners_past_max_configs(tmp_path):
+    """A re-tune with --max-configs must not lose a config an earlier table chose because the space was
+    reordered (found on the H200: mxfp8 128256x4096 M = 256 lost its 256x128 tile that way). Configs the
+    candidate no longer offers are not added."""
+    from dispatch import tables
+    from tools.autotune import kept_configs
+
+    clock = FakeClock()
+    c = fakes(clock)
+    env = make_env([c["fast"]], clock)
+    cut = dataclasses.replace(SETTINGS, max_configs=1)
+    assert Tuner(env, cut, Journal(None)).tune(problem()).winner.config == {"cost_us": 7.0}
+
+    t = tables.new_table(detect(torch.device("cpu")), path="prev.yaml")
+    keep = [tables.make_entry(PAIR[0].value, PAIR[1].value, 64, 96, 4, "fake.fast", {"cost_us": 3.0}, "old", 3.0, 0.0),
+            tables.make_entry(PAIR[0].value, PAIR[1].value, 64, 96, 4, "fake.fast", {"cost_us": 0.5}, "old", 0.5, 0.0)]
+    path = tmp_path / "prev.yaml"
+    tables.save_table(tables.merge(t, keep[:1]), path)
+    other = tmp_path / "other.yaml"
+    tables.save_table(tables.merge(t, keep[1:]), other)
+    also = dataclasses.replace(cut, also_try=kept_configs([str(path), str(other)]))
+    todo, _ = Tuner(env, also, Journal(None)).plan(problem())
+    assert [cfg.cost_us for _, cfgs in todo for cfg in cfgs] == [7.0, 3.0]  # 0.5 is not in the space: not added
+    assert Tuner(env, also, Journal(None)).tune(problem()).winner.config == {"cost_us": 3.0}

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(default .cache/autotune/<device>)")
     ap.add_argument("--retune", action="store_true", help="measure problems already in the table again")
     ap.add_argument("--max-configs", type=int, default=0, help="per candidate: only the first N configs (0 = all)")
+    ap.add_argument("--keep-configs", nargs="*", default=[], metavar="TABLE",
+                    help="also try, past --max-configs, the config each TABLE chose for the same problem and "
+                         "candidate (stale entries included: a re-tune after a kernel edit retries the old winner)")
     ap.add_argument("--top-k", type=int, default=3, help="configs re-timed carefully after the quick pass")
     ap.add_argument("--only", default="", help="only these candidate ids / backends / globs (comma-separated)")
     ap.add_argument("--skip", default="torch.reference", help="never tune these ids / backends / globs")
@@ -202,6 +205,7 @@ def worker(args: argparse.Namespace) -> int:
         print(f"[autotune] backend {b} unavailable: {why}", flush=True)
     cpu_extra = {} if device.type == "cuda" else _cpu_timing()  # CPU runs are smoke tests, not measurements
     settings = TuneSettings(top_k=args.top_k, max_configs=args.max_configs or None, **cpu_extra,
+                            also_try=kept_configs(args.keep_configs) if args.keep_configs else None,
                             tolerance=Tolerance(rel_fro=args.rel_tol),
                             skip=tuple(s for s in args.skip.split(",") if s),
                             only=tuple(s for s in args.only.split(",") if s), compare_bf16=not args.no_bf16)
@@ -288,6 +292,27 @@ def worker(args: argparse.Namespace) -> int:
     print(f"\n[autotune] {sink.written} entries written to {table_path}; journal {out_dir / 'journal.jsonl'}; "
           f"{time.time() - t_start:.0f}s", flush=True)
     return 0
+
+
+def kept_configs(paths: list[str]):
+    """`TuneSettings.also_try` from tables: the config each entry chose, for its key and implementation."""
+    from dispatch import tables
+
+    chosen: dict[tuple, list[dict]] = {}
+    for p in paths:
+        for e in tables.load_table(p).entries:
+            chosen.setdefault(e.key + (e.impl,), []).append(dict(e.config))
+
+    def also_try(problem, cand):
+        out = []
+        for d in chosen.get((problem.fmt, problem.act, problem.n, problem.k, problem.bucket, cand.id), []):
+            try:
+                out.append(cand.config_type.from_dict(d))
+            except (TypeError, ValueError):  # a config of another version of the candidate: not offered anyway
+                continue
+        return out
+
+    return also_try
 
 
 def main(argv: list[str] | None = None) -> int:

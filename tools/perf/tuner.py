@@ -48,6 +48,10 @@ class TuneSettings:
     skip: tuple[str, ...] = ("torch.reference",)  # never tuned: exact but orders of magnitude slower
     only: tuple[str, ...] = ()  # if set, only these candidate ids / backends / globs
     compare_bf16: bool = True
+    # Configs that must be tried even when max_configs cuts them, per (problem, candidate): e.g. the configs a
+    # previous table chose (autotune --keep-configs), so that a re-tune never loses an earlier winner because a
+    # config space was reordered. Only configs the candidate still offers for the problem are added.
+    also_try: Callable[[Problem, Candidate], Sequence[KernelConfig]] | None = None
 
 
 @dataclasses.dataclass
@@ -213,8 +217,11 @@ class Tuner:
             except Exception as e:
                 out.append(Outcome(c.id, c.backend, {}, "failed", f"configs() raised {_short(e)}"))
                 continue
+            offered = cfgs
             if self.s.max_configs:
                 cfgs = cfgs[: self.s.max_configs]
+            if self.s.also_try is not None:
+                cfgs += [x for x in self.s.also_try(problem, c) if x in offered and x not in cfgs]
             todo.append((c, cfgs))
         return todo, out
 
