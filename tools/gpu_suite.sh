@@ -44,14 +44,14 @@ for st in "${stages[@]}"; do
         --model-export /tmp/fp8acc --device cuda --dtype bf16 --check-kernels --noise-floor \
         --json "$OUT/accuracy_gpu.json" > "$OUT/accuracy_gpu.log" 2>&1; rc=$?
       tail -30 "$OUT/accuracy_gpu.log"; summary+=("accuracy check rc=$rc")
-      # The W8A8 rows again with an fp32 model (fp32 residual stream and linear outputs). Measured 2026-11-29:
-      # their kernel-vs-reference scatter is as large as with bf16 (fp32 roundings still flip e4m3 activation
-      # codes often enough over ~10^9 quantized activations), i.e. the W8A8 noise floor is not bf16's doing
-      # (docs/accuracy.md, session 3).
-      timeout ${ACC_TIMEOUT:-300} python3 -m tools.accuracy --model-export /tmp/fp8acc --device cuda --dtype fp32 \
-        --variants fp8_block:fp8,fp8_tensor:fp8,fp8_row:fp8 --check-kernels --noise-floor \
-        --json "$OUT/accuracy_gpu_fp32.json" > "$OUT/accuracy_gpu_fp32.log" 2>&1; rc=$?
-      tail -12 "$OUT/accuracy_gpu_fp32.log"; summary+=("accuracy check fp32 (W8A8) rc=$rc") ;;
+      # The W8A8 rows over more tokens: their kernel-vs-reference scatter is rounding noise (e4m3 activation
+      # codes flipped by last-bit differences) of about one paired SE, 0.002-0.003 at 8192 tokens in bf16 and
+      # in fp32 models alike (docs/accuracy.md, session 3); 8x the tokens shrinks it ~2.8x, below the 0.002
+      # bound, so a remaining difference would be a kernel's. Not yet run (the device time of session 3 ran out).
+      timeout ${ACC_TIMEOUT:-300} python3 -m tools.accuracy --model-export /tmp/fp8acc --device cuda --dtype bf16 \
+        --tokens ${ACC_LONG_TOKENS:-65536} --variants fp8_block:fp8,fp8_tensor:fp8,fp8_row:fp8 --check-kernels \
+        --noise-floor --json "$OUT/accuracy_gpu_w8a8_long.json" > "$OUT/accuracy_gpu_w8a8_long.log" 2>&1; rc=$?
+      tail -12 "$OUT/accuracy_gpu_w8a8_long.log"; summary+=("accuracy check W8A8, ${ACC_LONG_TOKENS:-65536} tokens rc=$rc") ;;
     *) echo "unknown stage $st"; rc=2 ;;
   esac
   summary+=("  ($st took $(( $(date +%s) - t0 )) s)")
