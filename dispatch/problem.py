@@ -122,6 +122,10 @@ class Candidate(abc.ABC):
     serves: ClassVar[frozenset[tuple[Format, Act]]]
     config_type: ClassVar[type[KernelConfig]] = NoConfig
     source_files: ClassVar[tuple[str, ...]] = ()
+    # Whether a config tuned for the nearest tabled shape beats default_config() on an untabled shape. False
+    # for a candidate whose default is a rule of the shape itself (fitted to measurements), where a config
+    # tuned for another N or K is worse (select._config_for).
+    borrows_configs: ClassVar[bool] = True
 
     def available(self) -> Support:
         """Whether the backend can run in this process at all (toolkit importable, etc.)."""

@@ -82,6 +82,8 @@ def _config_for(cand: Candidate, entry: Entry, tier: Tier, idx: int, problem: Pr
     # (nearest-shape) configs need it; exact entries too, because the table key has no x dtype: an entry tuned
     # with bf16 x also serves fp16 x, where some configs are illegal (found on the H200: an mxfp8 swap_ab
     # config, legal with bf16 x, refused at launch with fp16 x).
+    if not exact and not cand.borrows_configs:
+        return cand.default_config(problem, target)
     space = cand.configs(problem, target)
     if cfg in space:
         return cfg

@@ -70,6 +70,11 @@ class _CudaCandidate(Candidate):
 
 class _CudaGemvCandidate(_CudaCandidate):
     config_type = GemvConfig
+    # On shapes in no table, default_gemv_config's rule (CTA width from N and the SM count, ring depth from the
+    # register budget) was the autotuned config in 12 of the 14 cells the CUDA GEMVs won in the H200 untabled
+    # bench (session 3), where configs borrowed from the nearest tabled shape cost up to 1.26x (5120x25600
+    # borrowing the config tuned for K = 14336).
+    borrows_configs = False
 
     def supports(self, problem: Problem, target: Target) -> Support:
         s = _gemv_support(problem, target)
