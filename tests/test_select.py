@@ -254,3 +254,19 @@ def test_cuda_gemv_uses_its_shape_rule_not_a_config_borrowed_from_another_shape(
     assert d.source == "nearest" and d.config == default_gemv_config(near, t) != tuned
     exact = Problem(Format.MXFP8, Act.BF16, 1, 4096, 14336)
     assert select(exact, t, ts, [gemv]).config == tuned
+
+
+def test_triton_w8a8_gemm_default_tile_at_medium_m_follows_n():
+    """Where the heuristic decides (no tuned entry), the W8A8 GEMM at M = 256 takes the 64x64 tile on N <= 4096
+    and 64x128 above (the faster of the two on the H200 in those regimes), a tile its space offers."""
+    from kernels_triton.candidates import candidates as triton_candidates
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    gemm = next(c for c in triton_candidates() if c.id == "triton.w8a8_gemm")
+    for n, k, want in ((2112, 7168, (64, 64)), (3000, 1000, (64, 64)), (6144, 4096, (64, 128))):
+        p = Problem(Format.FP8_BLOCK, Act.FP8, 256, n, k)
+        cfg = gemm.default_config(p, t)
+        assert (cfg.block_m, cfg.block_n) == want and cfg in gemm.configs(p, t), (n, k, cfg)
+        assert cfg.tma == (k % 16 == 0)  # the TMA twin only where rows are 16-byte aligned
+    assert gemm.default_config(Problem(Format.FP8_BLOCK, Act.FP8, 64, 2112, 7168), t) == \
+        gemm.configs(Problem(Format.FP8_BLOCK, Act.FP8, 64, 2112, 7168), t)[0]
