@@ -27,9 +27,14 @@ class Prior:
     fp8_mma: bool  # which peak applies: fp8 (True) or bf16 (False)
     fixed_us: float  # launch and side kernels (activation quantization, ...) per call
     extra_bytes: Callable[[Problem], float] | None = None  # traffic beyond weight + x + y
+    # Tiled GEMMs: the MMA work of a token tile is done whatever M is, so FLOPs count M rounded up to tile_m.
+    tile_m: int = 1
+    # Time factor when rows of fp8 codes are not 16-byte aligned (K % 16 != 0: no TMA, no 128-bit loads).
+    unaligned_k_slowdown: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (0 < self.bw_eff <= 1.5 and 0 < self.compute_eff <= 1.0 and self.fixed_us >= 0):
+        if not (0 < self.bw_eff <= 1.5 and 0 < self.compute_eff <= 1.0 and self.fixed_us >= 0
+                and self.tile_m >= 1 and self.unaligned_k_slowdown >= 1.0):
             raise AssertionError(f"implausible prior {self}")
 
 
@@ -59,21 +64,26 @@ PRIORS: dict[str, Prior] = {
 # against ArchSpec's 797 bf16 / 1430 fp8 TFLOP/s). They rank candidates where no tuned entry applies (a new
 # shape, or a table entry gone stale after a kernel changed). "guess" marks cells that run did not measure.
 _W8A16 = (Format.FP8_TENSOR, Format.FP8_ROW)
+# The Triton GEMMs' shape effects, measured on the H200 by `tools.bench --what untabled` (docs/perf/h200.md,
+# session 3): the smallest token tile of their spaces is 64 (wgmma's M), and on 3000x1000 (K % 16 != 0) they
+# ran 2-7x slower than at aligned K (fp8_row/bf16 M = 4096: 841 us against 113 us for dequantize-then-cuBLAS;
+# M = 1: 15-78 us against 9-11 us for the Triton GEMV).
+_GEMM_SHAPE = dict(tile_m=64, unaligned_k_slowdown=5.0)
 MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     **{("cuda.w8a16_gemv", f): Prior(0.95, 0.30, False, 4.5) for f in Format},
     **{("cuda.w8a8_gemv", f): Prior(0.95, 0.30, False, 5.0) for f in Format},
     **{("triton.w8a16_gemv", f): Prior(0.45, 0.30, False, 8.0) for f in Format},
     **{("triton.w8a8_gemv", f): Prior(0.55, 0.30, False, 9.0) for f in Format},
-    **{("triton.w8a16_gemm", f): Prior(0.60, 0.68, False, 5.0) for f in _W8A16},  # 517-573 TFLOP/s
-    ("triton.w8a16_gemm", Format.MXFP8): Prior(0.50, 0.31, False, 5.0),  # 247-255 TFLOP/s
-    ("triton.w8a16_gemm", Format.FP8_BLOCK): Prior(0.60, 0.55, False, 5.0),  # guess
+    **{("triton.w8a16_gemm", f): Prior(0.60, 0.68, False, 5.0, **_GEMM_SHAPE) for f in _W8A16},  # 517-573 TFLOP/s
+    ("triton.w8a16_gemm", Format.MXFP8): Prior(0.50, 0.31, False, 5.0, **_GEMM_SHAPE),  # 247-255 TFLOP/s
+    ("triton.w8a16_gemm", Format.FP8_BLOCK): Prior(0.60, 0.55, False, 5.0, **_GEMM_SHAPE),  # guess
     **{("cuda.dequant_cublas", f): Prior(0.70, 0.52, False, 10.0, _dequant_copy) for f in _W8A16},  # 403-426
     ("cuda.dequant_cublas", Format.MXFP8): Prior(0.70, 0.80, False, 10.0, _dequant_copy),  # 560-724
     ("cuda.dequant_cublas", Format.FP8_BLOCK): Prior(0.70, 0.60, False, 10.0, _dequant_copy),  # guess
     **{("torch.dequant_mm", f): Prior(0.70, 0.53, False, 10.0, _dequant_copy) for f in _W8A16},  # 422-430
     ("torch.dequant_mm", Format.MXFP8): Prior(0.60, 0.60, False, 10.0, _dequant_copy),  # guess
     ("torch.dequant_mm", Format.FP8_BLOCK): Prior(0.60, 0.55, False, 10.0, _dequant_copy),  # guess
-    **{("triton.w8a8_gemm", f): Prior(0.50, 0.40, True, 6.0) for f in Format},  # block 573-581 TFLOP/s
+    **{("triton.w8a8_gemm", f): Prior(0.50, 0.40, True, 6.0, **_GEMM_SHAPE) for f in Format},  # block 573-581 TFLOP/s
 }
 
 # A candidate without its own prior: a generic hand-written kernel of its backend.
@@ -102,23 +112,10 @@ def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
     return PRIORS.get(candidate.id) or BACKEND_DEFAULTS.get(candidate.backend, _FALLBACK)
 
 
-# Two shape effects the priors (fitted on aligned shapes at M = 1 and 4096) do not carry, measured on the
-# H200 by `tools.bench --what untabled` (docs/perf/h200.md, session 3):
-#  - Triton GEMM tiles: the MMA work of a tile is done whatever M is, and the smallest token tile of the
-#    spaces is 64 (wgmma's M), so their FLOPs are counted with M rounded up to TILE_M.
-#  - Rows of fp8 codes that are not 16-byte aligned (K % 16 != 0) rule out TMA and 128-bit loads: the Triton
-#    GEMMs ran 2-7x slower than at aligned K on 3000x1000 (e.g. fp8_row/bf16 M = 4096: 841 us against 113 us
-#    for dequantize-then-cuBLAS; M = 1: 15-78 us against 9-11 us for the Triton GEMV).
-GEMM_TILE_M = 64
-UNALIGNED_GEMM_SLOWDOWN = 5.0
-_TILED_GEMMS = ("triton.w8a16_gemm", "triton.w8a8_gemm")
-
-
 def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float:
     """Estimated microseconds of one call of `candidate` on `problem`, `target`."""
     spec = target.spec
     pr = prior_of(candidate, problem, target)
-    tiled = candidate.id in _TILED_GEMMS
     xb = problem.x_dtype.itemsize
     ob = problem.out_dtype.itemsize
     nbytes = problem.weight_bytes + problem.m * problem.k * xb + problem.m * problem.n * ob
@@ -126,11 +123,7 @@ def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float
         nbytes += pr.extra_bytes(problem)
     mem_us = nbytes / (spec.mem_gbps * 1e3 * pr.bw_eff)
     peak = spec.fp8_tflops if pr.fp8_mma and spec.fp8_tflops > 0 else spec.bf16_tflops
-    flops = problem.flops
-    if tiled and problem.m < GEMM_TILE_M:
-        flops = flops * GEMM_TILE_M / problem.m
+    flops = problem.flops * max(1, pr.tile_m / problem.m)
     compute_us = flops / (max(peak, 1e-3) * 1e6 * pr.compute_eff)
-    us = max(mem_us, compute_us)
-    if tiled and problem.k % 16:
-        us *= UNALIGNED_GEMM_SLOWDOWN
+    us = max(mem_us, compute_us) * (pr.unaligned_k_slowdown if problem.k % 16 else 1.0)
     return us + pr.fixed_us

@@ -20,33 +20,26 @@ import dataclasses
 from dispatch import tables
 
 
-def stale_entries(*tabs: tables.Table) -> list[str]:
-    """Entries whose source hash differs from the checkout's (measured on other kernel code), as messages."""
+def _stale_test():
+    """entry -> True if it was measured on other kernel code than this checkout's (or its candidate is gone)."""
     from dispatch import registry
 
-    cands = {c.id: c for c in registry.candidates()}
-    out = []
-    for t in tabs:
-        for e in t.entries:
-            c = cands.get(e.impl)
-            if c is None or registry.source_hash(c) != e.source_hash:
-                out.append(f"{t.path}: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}")
-    return out
+    hashes = {c.id: registry.source_hash(c) for c in registry.candidates()}
+    return lambda e: hashes.get(e.impl) != e.source_hash
+
+
+def stale_entries(*tabs: tables.Table) -> list[str]:
+    """Entries whose source hash differs from the checkout's (measured on other kernel code), as messages."""
+    stale = _stale_test()
+    return [f"{t.path}: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}"
+            for t in tabs for e in t.entries if stale(e)]
 
 
 def drop_stale(base: tables.Table) -> tuple[tables.Table, list]:
     """(base without its stale entries, the keys dropped)."""
-    from dispatch import registry
-
-    cands = {c.id: c for c in registry.candidates()}
-    keep, dropped = [], []
-    for e in base.entries:
-        c = cands.get(e.impl)
-        if c is None or registry.source_hash(c) != e.source_hash:
-            dropped.append(e.key)
-        else:
-            keep.append(e)
-    return dataclasses.replace(base, entries=tuple(keep)), dropped
+    stale = _stale_test()
+    keep = tuple(e for e in base.entries if not stale(e))
+    return dataclasses.replace(base, entries=keep), [e.key for e in base.entries if stale(e)]
 
 
 def merge_faster(base: tables.Table, *others: tables.Table) -> tuple[tables.Table, int]:
