@@ -12,6 +12,11 @@ packing serves every signature of ours (all parameters are pointers, 32- or 64-b
 
 Nothing synchronizes the host or reads a tensor: launches go to torch's current stream and can be captured
 in a CUDA graph. Thread-safe: the only shared state is the load cache, filled under a lock.
+
+`launch(..., pdl=True)` is a programmatic dependent launch (CUDA sm_90+): `cuLaunchKernelEx` with the
+programmatic-stream-serialization attribute, so the kernel may start while the previous kernel of the stream
+is still running and must `griddepcontrol.wait` before it touches that kernel's results (csrc/fp8_common.cuh).
+CuPy binds no `cuLaunchKernelEx`, so it is called through ctypes from the libcuda torch has already loaded.
 """
 
 from __future__ import annotations
@@ -90,8 +95,9 @@ current_stream = _current_stream_getter()
 
 
 def launch(kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[int],
-           smem: int = 0) -> None:
-    """Launch `kernel` on torch's current stream of its device."""
+           smem: int = 0, *, pdl: bool = False) -> None:
+    """Launch `kernel` on torch's current stream of its device (`pdl`: as a programmatic dependent launch; the
+    caller checks that the kernel waits for its prior grid, see kernels_cuda._launch.pdl_allowed)."""
     driver = _api()
     n = len(args)
     slots = (ctypes.c_uint64 * max(n, 1))(*[int(a) & _U64 for a in args])
@@ -102,14 +108,55 @@ def launch(kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args
     # whose current device is another GPU, gets it for the launch only (torch's notion of the current device
     # follows the current context, so it is restored).
     current = driver.ctxGetCurrent()
-    if current == kernel.ctx:
-        driver.launchKernel(kernel.fn_ptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,
-                            ctypes.addressof(params), 0)
-        return
-    driver.ctxSetCurrent(kernel.ctx)
+    if current != kernel.ctx:
+        driver.ctxSetCurrent(kernel.ctx)
     try:
-        driver.launchKernel(kernel.fn_ptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,
-                            ctypes.addressof(params), 0)
+        if pdl:
+            _launch_programmatic(kernel.fn_ptr, grid, block, smem, stream, ctypes.addressof(params))
+        else:
+            driver.launchKernel(kernel.fn_ptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,
+                                ctypes.addressof(params), 0)
     finally:
-        if current:
+        if current != kernel.ctx and current:
             driver.ctxSetCurrent(current)
+
+
+# ---- Programmatic dependent launch: cuLaunchKernelEx through ctypes (layouts of cuda.h, CUDA 12/13) ------
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class CuLaunchAttribute(ctypes.Structure):
+    # CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value union (the int flag at offset 0).
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("value_pad", ctypes.c_char * 60)]
+
+
+class CuLaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(CuLaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+assert ctypes.sizeof(CuLaunchAttribute) == 72 and CuLaunchConfig.stream.offset == 32  # noqa: S101 (layout pin)
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(CuLaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    return lib
+
+
+def cu_launch_kernel_ex(config: CuLaunchConfig, fn: int, params: int) -> int:
+    """cuLaunchKernelEx(&config, fn, params, NULL): the CUresult (tests replace this function)."""
+    return _libcuda().cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(fn), ctypes.c_void_p(params), None)
+
+
+def _launch_programmatic(fn: int, grid: Sequence[int], block: Sequence[int], smem: int, stream: int,
+                         params: int) -> None:
+    attr = CuLaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+    cfg = CuLaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, stream,
+                         ctypes.pointer(attr), 1)
+    err = cu_launch_kernel_ex(cfg, fn, params)
+    if err:
+        raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed with CUresult {err}; "
+                           "set FP8DISPATCH_PDL=0 to launch without it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any
 
 import torch
@@ -64,6 +65,28 @@ def device_arch(index: int) -> str:
     return f"sm_{major}{minor}"
 
 
+PDL_ENV = "FP8DISPATCH_PDL"
+
+
+@functools.lru_cache(maxsize=None)
+def pdl_allowed(arch: str) -> bool:
+    """Launch the GEMVs and the activation quantizers as programmatic dependent launches (PDL)?
+
+    Yes when the code runs on sm_90 or newer (compiled for `arch`: the griddepcontrol waits exist only there,
+    so a compute_80 build on an H200 must launch plainly) and FP8DISPATCH_PDL is not "0" (read once per arch).
+    Then a GEMV streams its weights while the kernel before it (the act quantizer, the previous layer's
+    GEMV) finishes, and lets the next one start during its own last wave: at decode sizes the launch gap
+    and the tail are a tenth of the kernel (docs/perf/h200.md). The contract this needs, in every kernel
+    that is launched this way: nothing the previous kernel writes is read before fp8d_wait_prior_grid().
+    The GEMVs read only the weight codes before it, so a weight must not be written by the kernel launched
+    right before its linear on the same stream (load-time quantization followed by any other launch, a
+    synchronization or another stream is fine). The dequant kernel writes before any wait: never PDL."""
+    if os.environ.get(PDL_ENV, "1") == "0" or torch.version.hip is not None:
+        return False
+    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
+    return arch.startswith(("sm_", "compute_")) and digits.isdigit() and int(digits) >= 90
+
+
 def _launch(name: str, entry: str, defines: dict[str, Any], device: int, arch: str | None, grid, block,
             args, smem: int = 0) -> None:
     arch = arch or device_arch(device)
@@ -77,8 +100,8 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
 
 @functools.lru_cache(maxsize=4096)
 def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
-               emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int]:
-    """(kernel, grid, block, smem) of one GEMV launch, cached: a decode step must not rebuild the defines, the
+               emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
+    """(kernel, grid, block, smem, pdl) of one GEMV launch, cached: a decode step must not rebuild the defines, the
     module key and the geometry in Python on every call (the host cost is the decode latency when the
     caller does not use CUDA graphs)."""
     if w8a8:
@@ -87,8 +110,10 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
         name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
               **_extra_defines(emulate_mma, force_sw_cvt)})
-    kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch or device_arch(device))
-    return kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m)
+    arch = arch or device_arch(device)
+    kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
+    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
+            pdl_allowed(arch))
 
 
 def _extra_defines(emulate_mma: bool, force_sw_cvt: bool) -> dict[str, Any]:
@@ -146,11 +171,11 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
-    kernel, grid, block, smem = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
+    kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
                                            x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
-    _driver.launch(kernel, grid, block, args, smem)
+    _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y
 
 
@@ -197,7 +222,7 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
     partial = None
     if len(launches) == 2:
         partial = torch.empty((launches[0][2][0],), dtype=torch.float32, device=dev)
-    for entry, kernel, grid, block in launches:
+    for entry, kernel, grid, block, pdl in launches:
         if entry == "fp8d_act_quant_token":
             args = (ptr(x2d), xk, ptr(codes), ptr(scales), k)
         elif entry == "fp8d_act_quant_group":
@@ -208,16 +233,17 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
             args = (ptr(x2d), xk, ptr(partial), m * k)
         else:  # fp8d_act_quant_tensor_apply
             args = (ptr(x2d), xk, ptr(partial), partial.numel(), ptr(codes), ptr(scales), m * k)
-        _driver.launch(kernel, grid, block, args)
+        _driver.launch(kernel, grid, block, args, pdl=pdl)
     return codes, scales
 
 
 @functools.lru_cache(maxsize=4096)
 def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: str | None, force_sw_cvt: bool):
-    """((entry, kernel, grid, block), ...) of act_quant_plan, kernels loaded: cached per shape (see _gemv_spec)."""
+    """((entry, kernel, grid, block, pdl), ...) of act_quant_plan, kernels loaded: cached per shape (see
+    _gemv_spec). Every act-quant kernel waits for its prior grid before reading x (act_quant.cu)."""
     defines = tuple(sorted(_extra_defines(False, force_sw_cvt).items()))
     arch = arch or device_arch(device)
-    return tuple((entry, _kernel("act_quant.cu", entry, defines, device, arch), grid, block)
+    return tuple((entry, _kernel("act_quant.cu", entry, defines, device, arch), grid, block, pdl_allowed(arch))
                  for entry, grid, block in act_quant_plan(m, k, g))
 
 
@@ -234,11 +260,11 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
-    kernel, grid, block, smem = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
+    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
                                            emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
-    _driver.launch(kernel, grid, block, args, smem)
+    _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y
 
 

@@ -114,3 +114,50 @@ def test_load_builds_once_per_key(monkeypatch):
     b = _driver.load(("src", "sm_90", ()), "k", 0, lambda: b"other")
     c = _driver.load(("src", "sm_90", ()), "k", 1, lambda: b"img1")
     assert a is b and a is not c and built == [("k", 0, b"img"), ("k", 1, b"img1")]
+
+
+def test_programmatic_launch_passes_the_attribute_and_the_geometry(fake, monkeypatch):
+    drv = fake(current_ctx=0x99)
+    seen = []
+
+    def fake_ex(config, fn, params):
+        attr = config.attrs[0]
+        addrs = (ctypes.c_void_p * 4).from_address(params)
+        seen.append(dict(fn=fn, grid=tuple(config.grid), block=tuple(config.block), smem=config.shared_mem_bytes,
+                         stream=config.stream, n=config.num_attrs, id=attr.id, value=attr.value, ctx=drv.current,
+                         i32=ctypes.c_int32.from_address(addrs[1]).value))
+        return 0
+
+    monkeypatch.setattr(_driver, "cu_launch_kernel_ex", fake_ex)
+    _driver.launch(KERNEL, (7, 1, 1), (128, 1, 1), ARGS, smem=512, pdl=True)
+    assert drv.launches == []  # not the plain cuLaunchKernel
+    (s,) = seen
+    assert (s["fn"], s["grid"], s["block"], s["smem"], s["stream"]) == (0x1234, (7, 1, 1), (128, 1, 1), 512, 0xABC1)
+    assert (s["n"], s["id"], s["value"], s["i32"]) == (1, 6, 1, 4096)  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert s["ctx"] == 0x77 and drv.current == 0x99  # same context handling as a plain launch
+
+    monkeypatch.setattr(_driver, "cu_launch_kernel_ex", lambda *a: 1)
+    with pytest.raises(RuntimeError, match="FP8DISPATCH_PDL=0"):
+        _driver.launch(KERNEL, (1, 1, 1), (32, 1, 1), ARGS, pdl=True)
+
+
+def test_launch_config_layout_matches_cuda_h():
+    # cuda.h (CUDA 12/13): CUlaunchConfig has 7 uints, then the stream at offset 32, attrs at 40, numAttrs at 48.
+    assert _driver.CuLaunchConfig.attrs.offset == 40 and _driver.CuLaunchConfig.num_attrs.offset == 48
+    assert _driver.CuLaunchAttribute.value.offset == 8 and ctypes.sizeof(_driver.CuLaunchAttribute) == 72
+
+
+@pytest.mark.parametrize("arch,want", [("sm_90", True), ("sm_90a", True), ("sm_100", True), ("compute_90", True),
+                                       ("sm_89", False), ("sm_80", False), ("compute_80", False)])
+def test_pdl_only_where_the_code_has_griddepcontrol(monkeypatch, arch, want):
+    from kernels_cuda import _launch
+
+    monkeypatch.delenv(_launch.PDL_ENV, raising=False)
+    _launch.pdl_allowed.cache_clear()
+    try:
+        assert _launch.pdl_allowed(arch) is want
+        monkeypatch.setenv(_launch.PDL_ENV, "0")
+        _launch.pdl_allowed.cache_clear()
+        assert _launch.pdl_allowed(arch) is False
+    finally:
+        _launch.pdl_allowed.cache_clear()

@@ -345,3 +345,64 @@ def test_decode_shapes_smoke(launch, n, k):
         for m in (1, 4, 16):
             x = _x(m, k, torch.bfloat16, m)
             _check_close(run(x, qw, None, torch.float32), x, qw)
+
+
+def _set_pdl(launch, monkeypatch, on: bool) -> None:
+    monkeypatch.setenv(launch.PDL_ENV, "1" if on else "0")
+    for f in (launch.pdl_allowed, launch._gemv_spec, launch._act_quant_launches):
+        f.cache_clear()
+
+
+def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
+    """Each kernel consumes the previous kernel's output (torch op -> W8A16 GEMV -> W8A16 GEMV -> act quant ->
+    W8A8 GEMV -> ...), the pattern where a missing griddepcontrol.wait reads stale data. With PDL (sm_90) the
+    outputs must be bit-identical to plain launches, eager and in a graph replay (the GEMVs are deterministic)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90+")
+
+    def unit_rows(n, k, seed):  # rows of norm 1: activations keep their magnitude through the chain
+        w = _weight(n, k, seed)
+        return w / w.norm(dim=1, keepdim=True)
+
+    plan = [((4096, 4096), Format.FP8_ROW, "bf16"), ((2048, 4096), Format.MXFP8, "bf16"),
+            ((4096, 2048), Format.FP8_BLOCK, "fp8"), ((4096, 4096), Format.FP8_TENSOR, "fp8"),
+            ((4096, 4096), Format.FP8_ROW, "fp8"), ((4096, 4096), Format.FP8_BLOCK, "bf16")]
+    layers = [dispatch.quantize(unit_rows(n, k, 10 + i), fmt, act=act) for i, ((n, k), fmt, act) in enumerate(plan)]
+
+    def chain(x):
+        outs = []
+        for _ in range(3):
+            x = x * 1.0001  # a torch kernel writes the next input right before the first GEMV reads it
+            for qw in layers:
+                x = _gemv(launch, qw)(x, qw)
+                outs.append(x)
+        return outs
+
+    x0 = _x(4, 4096, torch.bfloat16, 5)
+    try:
+        _set_pdl(launch, monkeypatch, False)
+        assert not launch.pdl_allowed(launch.device_arch(0))
+        plain = chain(x0)
+        assert all(torch.isfinite(y).all() for y in plain)
+        _set_pdl(launch, monkeypatch, True)
+        assert launch.pdl_allowed(launch.device_arch(0))
+        for _ in range(3):
+            for i, (a, b) in enumerate(zip(plain, chain(x0))):
+                assert torch.equal(a, b), f"output {i} differs with programmatic dependent launches"
+        torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            with torch.cuda.graph(graph, stream=s):
+                outs = chain(x0)
+        torch.cuda.current_stream().wait_stream(s)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            for i, (a, b) in enumerate(zip(plain, outs)):
+                assert torch.equal(a, b), f"graph output {i} differs with programmatic dependent launches"
+    finally:
+        monkeypatch.delenv(launch.PDL_ENV, raising=False)
+        for f in (launch.pdl_allowed, launch._gemv_spec, launch._act_quant_launches):
+            f.cache_clear()

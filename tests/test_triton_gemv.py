@@ -258,3 +258,23 @@ def test_sm90_w8a8_dot_path_uses_bf16_mma_not_fp8(a_mode):
                        options=dict(num_warps=4, num_stages=3))
     mmas = set(re.findall(r"(wgmma\.mma_async[\w.]*|mma\.sync[\w.]*)", k.asm["ptx"]))
     assert mmas and all("bf16" in m and "e4m3" not in m for m in mmas), mmas
+
+
+def test_default_tile_at_m16_fills_the_sms():
+    """3000x1000 at M = 16 on 132 SMs: 47 programs of 64 rows and no split (K too short) leave SMs idle, the
+    32-row tile is the default; 4096x4096 splits K and keeps 64 rows."""
+    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+    from kernels_triton.configs import gemv_configs
+
+    h200 = Target.simulated_for("sm_90", torch_version="2.11.0")
+    assert h200.sm_count == 132
+
+    def first(n, k):
+        p = Problem(m=16, n=n, k=k, fmt=Format.FP8_ROW, act=Act.BF16)
+        return gemv_configs(p, h200, 0)[0]
+
+    assert first(3000, 1000).block_n == 32
+    assert first(4096, 4096).block_n == 64
+    assert first(5120, 25600).block_n == 64

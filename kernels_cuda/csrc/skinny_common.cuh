@@ -21,9 +21,11 @@
 //
 // The K-split partial sums are reduced through shared memory in warp order: deterministic.
 //
-// Programmatic dependent launch (sm_90): before fp8d_wait_prior_grid() the kernel reads only the weight
-// codes; x, x scales, weight scales and bias are read after it, and y is written after it. Launched
-// without the PDL attribute the wait returns at once.
+// Programmatic dependent launch (sm_90, kernels_cuda._launch.pdl_allowed): before fp8d_wait_prior_grid()
+// the kernel reads only the weight codes; x, x scales, weight scales and bias are read after it, and y is
+// written after it. Every CTA lets the next programmatic launch start right after issuing its first weight
+// loads, so the next GEMV's CTAs fill the SMs this grid's last wave leaves idle and start their own weight
+// stream (they wait for this grid before reading its y). Launched plainly, both calls return at once.
 #pragma once
 #include "fp8_common.cuh"
 
@@ -156,6 +158,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
+  fp8d_allow_dependent_grid();
   fp8d_wait_prior_grid();
   if (kPrefetch && warp < nsteps) {
     p.load_half(half[0][0], n0, L, warp, 0);

@@ -1,0 +1,44 @@
+"""One CUDA GEMV configuration, launched a few times, for Nsight Compute:
+    ncu --set full -k regex:fp8d_ -s 2 -c 1 python -m tools.perf.profile_gemv --n 4096 --k 14336 --fmt fp8_row
+(the first launches compile and warm up; -s skips them). Prints the median time of plain back-to-back launches."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+
+def main(argv=None) -> None:
+    import dispatch
+    from dispatch.formats import Format
+    from kernels_cuda import _launch
+    from kernels_cuda.configs import GemvConfig
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--k", type=int, default=14336)
+    ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--fmt", default="fp8_row")
+    ap.add_argument("--act", default="bf16")
+    ap.add_argument("--config", default="8,1,4", help="warps,mtiles,unroll")
+    ap.add_argument("--iters", type=int, default=5)
+    args = ap.parse_args(argv)
+    warps, mtiles, unroll = (int(v) for v in args.config.split(","))
+    cfg = GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
+    qw = dispatch.quantize(torch.randn(args.n, args.k, device="cuda") * 0.02, Format(args.fmt), act=args.act)
+    x = torch.randn(args.m, args.k, device="cuda", dtype=torch.bfloat16)
+    run = _launch.w8a16_gemv if args.act == "bf16" else _launch.w8a8_gemv
+    times = []
+    for _ in range(args.iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run(x, qw, config=cfg)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    print(f"{args.fmt}/{args.act} {args.n}x{args.k} M={args.m} {cfg}: median {sorted(times)[len(times) // 2]:.2f} us (eager)")
+
+
+if __name__ == "__main__":
+    main()
