@@ -24,12 +24,12 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import struct
 import threading
 from typing import Any, Callable, Sequence
 
 import torch
 
-_U64 = (1 << 64) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,10 +99,12 @@ def launch(kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args
     """Launch `kernel` on torch's current stream of its device (`pdl`: as a programmatic dependent launch; the
     caller checks that the kernel waits for its prior grid, see kernels_cuda._launch.pdl_allowed)."""
     driver = _api()
-    n = len(args)
-    slots = (ctypes.c_uint64 * max(n, 1))(*[int(a) & _U64 for a in args])
+    n = max(len(args), 1)
+    # Packed with struct (signed 64-bit: pointers are below 2^63, ints may be negative): a quarter of the host
+    # time of building the ctypes arrays element by element, which matters when eager decode is launch-bound.
+    slots = ctypes.create_string_buffer(struct.pack(f"<{len(args)}q", *args), 8 * n)
     base = ctypes.addressof(slots)
-    params = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
+    params = ctypes.create_string_buffer(struct.pack(f"<{n}Q", *range(base, base + 8 * n, 8)), 8 * n)
     stream = current_stream(kernel.device)
     # The module's context must be current on this thread: a thread that never touched the device, or one
     # whose current device is another GPU, gets it for the launch only (torch's notion of the current device
@@ -148,14 +150,26 @@ def _libcuda() -> Any:
 
 def cu_launch_kernel_ex(config: CuLaunchConfig, fn: int, params: int) -> int:
     """cuLaunchKernelEx(&config, fn, params, NULL): the CUresult (tests replace this function)."""
-    return _libcuda().cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(fn), ctypes.c_void_p(params), None)
+    return _libcuda().cuLaunchKernelEx(ctypes.byref(config), fn, params, None)
+
+
+# One attribute for every programmatic launch (read-only after creation, so threads can share it).
+_PDL_ATTR = CuLaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pdl_config_bytes(grid: tuple[int, ...], block: tuple[int, ...], smem: int) -> bytes:
+    """The launch config of one geometry, stream 0, as bytes: a launch copies it and sets its stream (a
+    copy costs less host time than building the structure and its arrays on every decode step)."""
+    cfg = CuLaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, 0,
+                         ctypes.pointer(_PDL_ATTR), 1)
+    return bytes(cfg)
 
 
 def _launch_programmatic(fn: int, grid: Sequence[int], block: Sequence[int], smem: int, stream: int,
                          params: int) -> None:
-    attr = CuLaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-    cfg = CuLaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, stream,
-                         ctypes.pointer(attr), 1)
+    cfg = CuLaunchConfig.from_buffer_copy(_pdl_config_bytes(tuple(grid), tuple(block), smem))
+    cfg.stream = stream
     err = cu_launch_kernel_ex(cfg, fn, params)
     if err:
         raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed with CUresult {err}; "
