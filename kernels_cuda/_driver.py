@@ -94,10 +94,20 @@ def _current_stream_getter() -> Callable[[int], int]:
 current_stream = _current_stream_getter()
 
 
+# Is torch's current stream capturing a CUDA graph? (the C binding: ~0.1 us, the hot path's budget)
+is_capturing: Callable[[], bool] = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (
+    lambda: torch.cuda.is_current_stream_capturing())
+
+
 def launch(kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[int],
            smem: int = 0, *, pdl: bool = False) -> None:
-    """Launch `kernel` on torch's current stream of its device (`pdl`: as a programmatic dependent launch; the
-    caller checks that the kernel waits for its prior grid, see kernels_cuda._launch.pdl_allowed)."""
+    """Launch `kernel` on torch's current stream of its device. `pdl`: the kernel may run as a programmatic
+    dependent launch (the caller checks that it waits for its prior grid, kernels_cuda._launch.pdl_allowed);
+    it does while a CUDA graph is being captured. Eagerly it launches plainly: on the H200 host a
+    cuLaunchKernelEx through ctypes cost 6.7 us more host time per launch than CuPy's cuLaunchKernel binding
+    (tools.bench --what overhead, FP8DISPATCH_PDL=0 / 1: 23.1 / 29.8 us per eager W8A16 GEMV call), more
+    than the overlap saves on the GPU while eager decode is bound by host time. A replayed graph pays no
+    host time per kernel, so there the overlap is free (docs/perf/h200.md)."""
     driver = _api()
     n = max(len(args), 1)
     # Packed with struct (signed 64-bit: pointers are below 2^63, ints may be negative): a quarter of the host
@@ -113,7 +123,7 @@ def launch(kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args
     if current != kernel.ctx:
         driver.ctxSetCurrent(kernel.ctx)
     try:
-        if pdl:
+        if pdl and is_capturing():
             _launch_programmatic(kernel.fn_ptr, grid, block, smem, stream, ctypes.addressof(params))
         else:
             driver.launchKernel(kernel.fn_ptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,

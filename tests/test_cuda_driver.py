@@ -129,8 +129,13 @@ def test_programmatic_launch_passes_the_attribute_and_the_geometry(fake, monkeyp
         return 0
 
     monkeypatch.setattr(_driver, "cu_launch_kernel_ex", fake_ex)
+    monkeypatch.setattr(_driver, "is_capturing", lambda: False)
     _driver.launch(KERNEL, (7, 1, 1), (128, 1, 1), ARGS, smem=512, pdl=True)
-    assert drv.launches == []  # not the plain cuLaunchKernel
+    assert len(drv.launches) == 1 and seen == []  # eager: the plain cuLaunchKernel (less host time)
+    drv.launches.clear()
+    monkeypatch.setattr(_driver, "is_capturing", lambda: True)
+    _driver.launch(KERNEL, (7, 1, 1), (128, 1, 1), ARGS, smem=512, pdl=True)
+    assert drv.launches == []  # captured: cuLaunchKernelEx, not the plain cuLaunchKernel
     (s,) = seen
     assert (s["fn"], s["grid"], s["block"], s["smem"], s["stream"]) == (0x1234, (7, 1, 1), (128, 1, 1), 512, 0xABC1)
     assert (s["n"], s["id"], s["value"], s["i32"]) == (1, 6, 1, 4096)  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION

@@ -355,8 +355,9 @@ def _set_pdl(launch, monkeypatch, on: bool) -> None:
 
 def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
     """Each kernel consumes the previous kernel's output (torch op -> W8A16 GEMV -> W8A16 GEMV -> act quant ->
-    W8A8 GEMV -> ...), the pattern where a missing griddepcontrol.wait reads stale data. With PDL (sm_90) the
-    outputs must be bit-identical to plain launches, eager and in a graph replay (the GEMVs are deterministic)."""
+    W8A8 GEMV -> ...), the pattern where a missing griddepcontrol.wait reads stale data. With PDL (sm_90: graph
+    captures launch programmatically, eager calls plainly) the outputs must be bit-identical to plain launches,
+    eager and in a graph replay (the GEMVs are deterministic)."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm_90+")
 
