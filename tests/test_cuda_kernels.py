@@ -302,6 +302,19 @@ def test_dequant_cublas_matches_w8a16_semantics(launch, fmt):
                 _check_close(y, x, qw, bias, tol=4e-3 if rounded else 5e-4)
 
 
+def _capture(fn):
+    """(graph, outputs) of fn() captured on a side stream, as torch.cuda.graph wants it; not yet replayed."""
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            outs = fn()
+    torch.cuda.current_stream().wait_stream(s)
+    return graph, outs
+
+
 def test_cuda_graph_capture_and_determinism(launch):
     qa = dispatch.quantize(_weight(4096, 4096, 1), Format.FP8_ROW, act="bf16")
     qb = dispatch.quantize(_weight(4096, 4096, 2), Format.FP8_BLOCK, act="fp8")
@@ -311,14 +324,7 @@ def test_cuda_graph_capture_and_determinism(launch):
     again = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]
     for a, b in zip(eager, again):
         assert torch.equal(a, b), "not run-to-run deterministic"
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(graph, stream=s):
-            outs = [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)]
-    torch.cuda.current_stream().wait_stream(s)
+    graph, outs = _capture(lambda: [launch.w8a16_gemv(x, qa), launch.w8a8_gemv(x, qb), launch.w8a8_gemv(x, qc)])
     x.copy_(_x(4, 4096, torch.bfloat16, 2))  # new input values, same buffer
     graph.replay()
     torch.cuda.synchronize()
@@ -390,14 +396,7 @@ def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
         for _ in range(3):
             for i, (a, b) in enumerate(zip(plain, chain(x0))):
                 assert torch.equal(a, b), f"output {i} differs with programmatic dependent launches"
-        torch.cuda.synchronize()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(s):
-            with torch.cuda.graph(graph, stream=s):
-                outs = chain(x0)
-        torch.cuda.current_stream().wait_stream(s)
+        graph, outs = _capture(lambda: chain(x0))
         for _ in range(3):
             graph.replay()
             torch.cuda.synchronize()

@@ -4,11 +4,8 @@
 # acc-part0 / acc-part1: the SmolLM2 kernel-vs-reference check (docs/accuracy.md): the model export travels
 # in two consecutive runs (each carries one of .cache/accuracy/part0, part1), staged in /tmp/fp8acc.
 # Writes logs and results under ${OUT:-./gpu_out}; prints a short summary last.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-gpu}
-export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
+source "$(dirname "$0")/perf/device_env.sh"
+export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-gpu}
 stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests quant)
 {
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"

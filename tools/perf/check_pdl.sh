@@ -5,11 +5,7 @@
 # 2. host time per call, plain launches against programmatic ones (FP8DISPATCH_PDL=0 / 1, same machine);
 # 3. the untabled shape 3000x1000 after the M <= 16 tile rule; 4. the GPU tests of the code this session changed.
 # Everything lands in $OUT/check_pdl.tgz (one file: the device tool returns a limited number of files).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu_out}; W=$(mktemp -d); mkdir -p "$W/tables"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); mkdir -p "$W/tables"
 t0=$(date +%s)
 python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml --shapes 128256x4096 \
   --m 64 --formats fp8_row --max-configs 3 --table "$W/t_gemv64.yaml" --out "$W/at_gemv64" > "$W/at_gemv64.log" 2>&1
@@ -26,4 +22,4 @@ grep "^\[bench\] untabled" "$W/untabled.log"
 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider -n ${TEST_PROCS:-12} --timeout=200 \
   ${TESTS:-tests/test_cuda_kernels.py tests/test_dispatch_gpu.py} > "$W/gpu_tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$W/gpu_tests.log")"; grep -E "^(FAILED|ERROR)" "$W/gpu_tests.log" | head -20
-mkdir -p "$OUT"; tar czf "$OUT/check_pdl.tgz" -C "$W" .
+tar czf "$OUT/check_pdl.tgz" -C "$W" .

@@ -6,11 +6,7 @@
 #    and the runner-up is not in the table): fp8_row/bf16 at M = 256..4096, mxfp8/bf16 and fp8_row/fp8 at
 #    M = 64, 256;
 # 3. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 4. the bench on the merged table.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT/tables"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
+source "$(dirname "$0")/device_env.sh"; mkdir -p "$OUT/tables"
 AT="python3 -m tools.autotune --shapes baseline --no-bf16 --top-k 2"
 t0=$(date +%s)
 $AT --only triton.w8a16_gemm,triton.w8a8_gemm --m 64,256 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 \

@@ -8,11 +8,7 @@
 #    are unchanged, only the hash of the shared launcher moved, so the other candidates' old times still compare;
 # 3. every candidate on the one Triton GEMV key (fp8_row 128256x4096, M = 64);
 # 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT/tables"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
+source "$(dirname "$0")/device_env.sh"; mkdir -p "$OUT/tables"
 AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml"
 t0=$(date +%s)
 $AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
