@@ -56,8 +56,9 @@ def main(argv=None) -> None:
     routes = [(Format.FP8_ROW, "bf16"), (Format.MXFP8, "bf16"), (Format.FP8_TENSOR, "fp8"), (Format.FP8_BLOCK, "fp8")]
     if not args.quick:
         routes += [(Format.FP8_TENSOR, "bf16"), (Format.FP8_BLOCK, "bf16"), (Format.FP8_ROW, "fp8")]
-    print(f"activations: {args.x_dtype} (act bf16 = W8A16 with these activations; fp8 = W8A8, quantized from them)")
-    print(f"{'N':>7} {'K':>6} {'fmt':>10} {'act':>4} {'M':>3} {'us':>8} {'pct_copy':>8} {'bf16_us':>8} {'speedup':>7}")
+    print(f"activations: {args.x_dtype} (act bf16 = W8A16 with these activations; fp8 = W8A8, quantized from them); "
+          f"ref_us: F.linear in {args.x_dtype}")
+    print(f"{'N':>7} {'K':>6} {'fmt':>10} {'act':>4} {'M':>3} {'us':>8} {'pct_copy':>8} {'ref_us':>8} {'speedup':>7}")
     shapes = BW_SHAPES[:2] + SPEED_SHAPES[::3] if args.quick else BW_SHAPES + SPEED_SHAPES
     for n, k in shapes:
         w = torch.randn(n, k, device="cuda") * 0.02
