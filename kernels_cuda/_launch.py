@@ -79,8 +79,10 @@ def pdl_allowed(arch: str) -> bool:
     and the tail are a tenth of the kernel (docs/perf/h200.md). The contract this needs, in every kernel
     that is launched this way: nothing the previous kernel writes is read before fp8d_wait_prior_grid().
     The GEMVs read only the weight codes before it, so a weight must not be written by the kernel launched
-    right before its linear on the same stream (load-time quantization followed by any other launch, a
-    synchronization or another stream is fine). The dequant kernel writes before any wait: never PDL."""
+    right before its linear on the same stream, nor (W8A8: the activation quantizer lets its GEMV launch at
+    once) by the one before that (load-time quantization followed by two other launches, a synchronization or
+    another stream is fine). The dequant kernel writes before any wait: never PDL. Only launches captured
+    into a CUDA graph use the attribute (kernels_cuda._driver.launch): eager ones launch plainly."""
     if os.environ.get(PDL_ENV, "1") == "0" or torch.version.hip is not None:
         return False
     digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
@@ -173,7 +175,9 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     x2d = _aligned16(x2d)
     kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
                                            x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
-    args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
+    # mxfp8: each CTA first scans its rows' scale codes with 16-byte loads (gemv_w8a16.cu cta_needs_rare)
+    scale = _aligned16(qw.scale) if qw.format is Format.MXFP8 else qw.scale
+    args = (ptr(qw.qdata), ptr(scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y

@@ -75,8 +75,8 @@ def _steps_per_warp(k: int, warps: int) -> int:
 
 
 def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
-    """The rule from the H200 autotune of the previous kernel (docs/perf/h200.md, run of f50e894) and the
-    residency the register budget gives (128 registers a thread: two 8-warp or four 4-warp CTAs per SM):
+    """The rule from the H200 autotune of the previous kernel (docs/perf/h200_session2_2026-11-29.md, run of
+    f50e894) and the residency the register budget gives (128 registers a thread: two 8-warp or four 4-warp CTAs per SM):
     - warps: 8 while all 16-row tiles fit in one wave of 8-warp CTAs (N <= 2 x 16 x SMs: 4096 at 132 SMs,
       where the 8-way K split puts a warp's 4 steps of K = 4096 in flight at once and 8 warps won), else 4
       (6656 or 8192 rows fit one wave of 4-warp CTAs instead of 1.6-1.9 waves of 8-warp ones; at 28672

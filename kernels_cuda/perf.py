@@ -33,6 +33,11 @@ def main(argv=None) -> None:
                     help="activation dtype; fp16 times the W8A16 GEMVs' f16 path, whose decode is one hardware cvt "
                          "per pair on sm_89+ (the bf16 path needs four instructions): the first measurement of "
                          "the bf16 -> f16 idea in docs/perf/h200.md (mxfp8 is skipped: it takes bf16 only)")
+    ap.add_argument("--m", default=None, help="comma-separated token counts (default 1,4,16; --quick: 1)")
+    ap.add_argument("--routes", default=None,
+                    help="comma-separated format:act pairs, e.g. mxfp8:bf16,fp8_block:fp8 (default: the 7 routes)")
+    ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: the 8 shapes; --quick: 4)")
+    ap.add_argument("--no-dequant", action="store_true", help="skip the dequant kernel rows")
     args = ap.parse_args(argv)
     x_dtype = torch.float16 if args.x_dtype == "fp16" else torch.bfloat16
     reason = _launch.gpu_unavailable_reason()
@@ -52,15 +57,20 @@ def main(argv=None) -> None:
         return t.us
 
     t0 = time.perf_counter()
-    ms = [1] if args.quick else [1, 4, 16]
+    ms = [int(v) for v in args.m.split(",")] if args.m else ([1] if args.quick else [1, 4, 16])
     routes = [(Format.FP8_ROW, "bf16"), (Format.MXFP8, "bf16"), (Format.FP8_TENSOR, "fp8"), (Format.FP8_BLOCK, "fp8")]
     if not args.quick:
         routes += [(Format.FP8_TENSOR, "bf16"), (Format.FP8_BLOCK, "bf16"), (Format.FP8_ROW, "fp8")]
+    if args.routes:
+        routes = [(Format(r.split(":")[0]), r.split(":")[1]) for r in args.routes.split(",")]
     print(f"activations: {args.x_dtype} (act bf16 = W8A16 with these activations; fp8 = W8A8, quantized from them); "
           f"ref_us: F.linear in {args.x_dtype}")
     print(f"{'N':>7} {'K':>6} {'fmt':>10} {'act':>4} {'M':>3} {'us':>8} {'pct_copy':>8} {'ref_us':>8} {'speedup':>7}")
     shapes = BW_SHAPES[:2] + SPEED_SHAPES[::3] if args.quick else BW_SHAPES + SPEED_SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.shapes.split(",")]
     for n, k in shapes:
+        ref_us: dict[int, float] = {}  # bf16 cuBLAS per M, timed once per shape
         w = torch.randn(n, k, device="cuda") * 0.02
         wb = w.to(x_dtype)
         ncb = rotation.copies(wb.numel() * 2, l2)
@@ -75,11 +85,13 @@ def main(argv=None) -> None:
             for m in ms:
                 x = torch.randn(m, k, device="cuda", dtype=x_dtype)
                 us = graph_time_us([lambda q=q: run(x, q) for q in qws])
-                bus = graph_time_us([lambda b=b: torch.nn.functional.linear(x, b) for b in wbs])
+                if m not in ref_us:
+                    ref_us[m] = graph_time_us([lambda b=b: torch.nn.functional.linear(x, b) for b in wbs])
+                bus = ref_us[m]
                 pct = qw.nbytes / (us * 1e-6) / (COPY_GBPS * 1e9) * 100
                 print(f"{n:>7} {k:>6} {fmt.value:>10} {act:>4} {m:>3} {us:8.2f} {pct:7.1f}% {bus:8.2f} {bus / us:6.2f}x",
                       flush=True)
-            if act == "bf16":
+            if act == "bf16" and not args.no_dequant:
                 us = graph_time_us([lambda q=q: _launch.dequantize(q, torch.bfloat16) for q in qws])
                 moved = qw.nbytes + 2 * n * k
                 print(f"{n:>7} {k:>6} {fmt.value:>10} dequant->bf16 {us:8.2f} us "

@@ -170,6 +170,42 @@ def test_mx_scales_apply_per_group(launch):
         assert torch.equal(y, want_all[:, cols].T.contiguous())
 
 
+@pytest.mark.parametrize("path", list(PATHS))
+def test_mx_every_scale_code_decodes_exactly(launch, path):
+    """Every e8m0 code whose weights stay finite (0..246) with every finite e4m3 code, one-hot x: the weight the
+    MMA sees is dequantize's value rounded once to bf16, through the one-fma decode (CTAs whose codes are all
+    <= 134) and the Rare policy's second multiply (CTAs with a larger code; csrc/fp8_common.cuh
+    fp8d_mx_decode_mul), both in one launch. Outputs whose bf16 value is subnormal are left out (that range is
+    outside the exactness promise)."""
+    n, k = 256, 256
+    codes = torch.arange(n * k, device="cuda", dtype=torch.int64).remainder(255)
+    codes = torch.where(codes == 0x7F, torch.zeros_like(codes), codes)
+    q = codes.to(torch.uint8).reshape(n, k).view(torch.float8_e4m3fn).contiguous()
+    # rows 0..127: codes 0..134 only (their CTAs run the one-fma policy); rows 128..255: 0..246 (the Rare one)
+    sc = torch.arange(n * k // 32, device="cuda", dtype=torch.int64).mul(7).reshape(n, k // 32)
+    sc = torch.cat([sc[: n // 2].remainder(135), sc[n // 2:].remainder(247)])
+    qw = QWeight(Format.MXFP8, Act.BF16, q, sc.to(torch.uint8).view(torch.float8_e8m0fnu).contiguous())
+    want_all = dispatch.dequantize(qw).to(torch.bfloat16).float()
+    assert torch.isfinite(want_all).all() and (sc[n // 2:] > 134).any() and (sc[n // 2:] < 134).any()
+    for start in range(0, k, 32):
+        cols = list(range(start, start + 32))
+        got = launch.w8a16_gemv(_one_hot_x(32, k, cols), qw, None, torch.float32, **PATHS[path]).T
+        want = want_all[:, cols]
+        keep = (want.abs() >= 2.0**-126) | (want == 0)
+        assert torch.equal(got[keep], want[keep]), f"columns {start}..{start + 31} differ"
+
+
+def test_mx_nan_scale_code_gives_nan(launch):
+    """e8m0 code 255 is NaN: the rows of that group come out NaN, the other rows stay finite."""
+    n, k = 64, 256
+    qw = dispatch.quantize(_weight(n, k, 12), Format.MXFP8, act="bf16")
+    sc = qw.scale.view(torch.uint8).clone()
+    sc[5, 3] = 255
+    qw = QWeight(Format.MXFP8, Act.BF16, qw.qdata, sc.view(torch.float8_e8m0fnu))
+    y = launch.w8a16_gemv(_x(4, k, torch.bfloat16, 3), qw, None, torch.float32)
+    assert torch.isnan(y[:, 5]).all() and torch.isfinite(torch.cat([y[:, :5], y[:, 6:]], 1)).all()
+
+
 # --- activation quantization: bit-identical ---------------------------------------------------------
 def _special_x(m: int, k: int, dtype) -> torch.Tensor:
     x = _x(m, k, torch.float32, m * 7 + k)

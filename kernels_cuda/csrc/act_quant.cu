@@ -2,14 +2,18 @@
 //   s = max(amax, AMAX_FLOOR) / 448 (IEEE division, NaN propagating);  q = e4m3_rne(clamp(v / s, +-448))
 // Input x [M, K] contiguous in bf16 / f16 / f32 (x_kind, runtime: one uniform branch per load).
 // Every maximum is NaN-propagating and order-free, so the results do not depend on the thread layout.
-// Each kernel waits for the previous grid before reading x and then lets its dependent start
-// (fp8d_wait_prior_grid / fp8d_allow_dependent_grid, no-ops without a programmatic dependent launch): a W8A8
-// GEMV launched that way streams its weights while the quantization runs and waits for the codes.
+// Each kernel lets its dependent start at once and then waits for the previous grid before reading x
+// (fp8d_allow_dependent_grid / fp8d_wait_prior_grid, no-ops without a programmatic dependent launch). So in a
+// chain GEMV_1 -> quant_2 -> GEMV_2, GEMV_2 is launched while GEMV_1 still runs (quant_2 starts during GEMV_1's
+// last wave and triggers at entry) and streams its weights during GEMV_1's tail and quant_2, as consecutive
+// W8A16 GEMVs do; triggering after the wait serialized every W8A8 layer behind the previous one. Safe because
+// GEMV_2 reads only weight codes before its own wait, and that wait returns after quant_2 completed, which
+// was after GEMV_1 completed (quant_2's wait): everything both wrote is visible to it.
 #include "fp8_common.cuh"
 
 __device__ __forceinline__ void fp8d_act_quant_enter() {
-  fp8d_wait_prior_grid();
   fp8d_allow_dependent_grid();
+  fp8d_wait_prior_grid();
 }
 
 __device__ __forceinline__ float fp8d_block_max(float v, float* sm) {

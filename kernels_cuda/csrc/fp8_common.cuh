@@ -57,11 +57,6 @@ __device__ __forceinline__ float fp8d_e8m0_to_f32(unsigned code) {
   if (code == 0xffu) return __uint_as_float(0x7fc00000u);
   return code ? __uint_as_float(code << 23) : __uint_as_float(0x00400000u);
 }
-// ... and as a bf16x2 word (both halves), for scaling decoded bf16 weights. bf16 shares f32's exponent.
-__device__ __forceinline__ unsigned fp8d_e8m0_to_bf16x2(unsigned code) {
-  const unsigned h = (code == 0xffu) ? 0x7fc0u : (code ? (code << 7) : 0x0040u);
-  return h | (h << 16);
-}
 
 __device__ __forceinline__ float fp8d_load_as_f32(const void* p, long long i, int kind) {
   if (kind == FP8D_DTYPE_F32) return reinterpret_cast<const float*>(p)[i];
@@ -114,16 +109,34 @@ __device__ __forceinline__ unsigned fp8d_prmt_sext_pair(unsigned codes, unsigned
 }
 #endif
 
-// Four codes -> lo = (c0, c1), hi = (c2, c3) as bf16x2, exact for every non-NaN code.
-__device__ __forceinline__ void fp8d_decode4_bf16x2_fast(unsigned codes, unsigned& lo, unsigned& hi) {
+// Four codes -> lo = (c0, c1), hi = (c2, c3) as bf16x2, exact for every non-NaN code. `mul` as in
+// fp8d_decode4_bf16x2: 2^120 restores the value, fp8d_mx_decode_mul also applies an MX scale.
+__device__ __forceinline__ void fp8d_decode4_bf16x2_fast(unsigned codes, unsigned& lo, unsigned& hi,
+                                                         unsigned mul = 0x7b807b80u) {
 #if FP8D_IS_CUDA
   const unsigned s0 = fp8d_prmt_sext_pair(codes, 0x9180u);  // [c0, sign(c0), c1, sign(c1)]
   const unsigned s1 = fp8d_prmt_sext_pair(codes, 0xb3a2u);  // [c2, sign(c2), c3, sign(c3)]
-  lo = fp8d_bf16x2_fma((s0 << 4) & 0x87f087f0u, 0x7b807b80u, 0x80008000u);  // x 2^120, -0 keeps -0
-  hi = fp8d_bf16x2_fma((s1 << 4) & 0x87f087f0u, 0x7b807b80u, 0x80008000u);
+  lo = fp8d_bf16x2_fma((s0 << 4) & 0x87f087f0u, mul, 0x80008000u);  // x 2^120, -0 keeps -0
+  hi = fp8d_bf16x2_fma((s1 << 4) & 0x87f087f0u, mul, 0x80008000u);
 #else
-  fp8d_decode4_bf16x2(codes, lo, hi);
+  fp8d_decode4_bf16x2(codes, lo, hi, mul);
 #endif
+}
+
+// ---- MX scales folded into the decode (W8A16 mxfp8) --------------------------------------------------------
+// The bf16 decoders restore value x 2^-120 with one fma by 2^120. For a weight of an MX group with e8m0 code c
+// (scale 2^(c-127)), one fma by 2^(c-7) gives value x 2^(c-127) with a single rounding: the same bits as the
+// exact decode followed by a multiply by 2^(c-127), one bf16x2 fma per pair fewer. 2^(c-7) is a bf16 number up
+// to c = 134 (scale 2^7); above it the first fma uses 2^127 and fp8d_mx_rest_mul (2^(c-134)) follows (weights
+// beyond 448 x 128: real checkpoints have none, so the kernel branches on a warp vote). c = 255 is NaN.
+#define FP8D_MX_FOLD_MAX 134u
+__device__ __forceinline__ unsigned fp8d_mx_decode_mul(unsigned c) {
+  const unsigned h = (c == 0xffu) ? 0x7fc0u : ((c < FP8D_MX_FOLD_MAX ? c : FP8D_MX_FOLD_MAX) + 120u) << 7;
+  return h | (h << 16);
+}
+__device__ __forceinline__ unsigned fp8d_mx_rest_mul(unsigned c) {
+  const unsigned h = (c > FP8D_MX_FOLD_MAX && c != 0xffu) ? (c - 7u) << 7 : 0x3f80u;  // 2^(c-134), else 1
+  return h | (h << 16);
 }
 
 // Four codes -> two f16x2 words: hardware F2FP where it exists, else the sign-extension decode (x 2^8).

@@ -3,31 +3,45 @@
 // One policy for the four weight scale layouts (SCALE, a template parameter):
 //   tensor / row : fp32 accumulate the raw code products, scale once in the epilogue
 //   block        : accumulate each 128-wide K step separately, then acc += step * s[n/128, k/128]
-//   mx           : a lane chunk of 16 codes lies in one 32-wide MX group: multiply its decoded weights by
-//                  2^e (exact in bf16 while the product stays a normal number, as in the fp32 reference)
+//   mx           : a lane chunk of 16 codes lies in one 32-wide MX group: its decoded weights are value x 2^e,
+//                  the 2^e folded into the decode's one fma (exact in bf16 while the product stays a normal
+//                  number, as in the fp32 reference)
 // Weights are decoded to bf16 (or f16 for f16 activations) and multiplied on the tensor cores with fp32
 // accumulation: at M = 16..32 the FP32 pipe would be slower than the memory stream. The loop, reduction
 // and epilogue are skinny_common.cuh's. Instantiated through -D FP8D_CFG_* by kernels_cuda/_launch.py
 // (one module per configuration).
 #include "skinny_common.cuh"
 
-template <int SCALE, int XKIND, int NT_, int MT_, int DEPTH_>
+// The per-step operands, shared by a policy and its Rare variant (the driver hands one set of registers to
+// whichever runs the loop).
+template <int NT, int MT>
+struct W8A16Operands {
+  struct Half {
+    uint4 x[NT][2];      // [token tile][8-value half]: this lane's 16 x values of chunk q
+    unsigned mx[MT][2];  // mxfp8: e8m0 code of the chunk's group per (row tile, h)
+  };
+  struct Scales {
+    float bs[MT];  // fp8_block: the step's block scale per row tile
+  };
+};
+
+template <int SCALE, int XKIND, int NT_, int MT_, int DEPTH_, bool kMxRest = false>
 struct W8A16Gemv {
   static_assert(!(SCALE == FP8D_SCALE_MX && XKIND == FP8D_DTYPE_F16), "MX exponents exceed the f16 range");
   static constexpr int MT = MT_, NT = NT_, DEPTH = DEPTH_;
+  // mxfp8: the group's 2^e rides on the decode's restoring fma (fp8d_mx_decode_mul). A CTA whose rows hold a
+  // scale code above FP8D_MX_FOLD_MAX (never in real checkpoints) runs the Rare policy, which multiplies once
+  // more by fp8d_mx_rest_mul.
+  static constexpr bool kHasRare = SCALE == FP8D_SCALE_MX && !kMxRest;
+  using Rare = W8A16Gemv<SCALE, XKIND, NT_, MT_, DEPTH_, true>;
   static constexpr bool kPartial = SCALE == FP8D_SCALE_BLOCK;
   static constexpr bool kUniformScale = SCALE == FP8D_SCALE_TENSOR;
   static constexpr bool kRowScale = SCALE == FP8D_SCALE_ROW;
   static constexpr bool kTokScale = false;
 
-  struct Half {
-    uint4 x[NT][2];      // [token tile][8-value half]: this lane's 16 x values of chunk q
-    unsigned mx[MT][2];  // mxfp8: e8m0 code of the chunk's group per (row tile, h)
-  };
+  using Half = typename W8A16Operands<NT_, MT_>::Half;
   static constexpr int kHalfRegs = 8 * NT + (SCALE == FP8D_SCALE_MX ? 2 * MT : 0);
-  struct Scales {
-    float bs[MT];  // fp8_block: the step's block scale per row tile
-  };
+  using Scales = typename W8A16Operands<NT_, MT_>::Scales;
   static constexpr int kScaleRegs = kPartial ? MT : 0;
 
   const void* __restrict__ wscale;
@@ -67,16 +81,46 @@ struct W8A16Gemv {
     }
   }
 
+  __device__ __forceinline__ Rare rare() const { return Rare{wscale, x, M, N, K}; }
+
+  // Any MX code of this CTA's rows above FP8D_MX_FOLD_MAX (the NaN code 255 counts: both policies give NaN)?
+  // The rows' codes are one contiguous byte range (16-byte aligned: n0 is a multiple of 16 and the launcher
+  // passes an aligned scale tensor), read with 16-byte loads, four per thread in flight at a time.
+  __device__ __forceinline__ bool cta_needs_rare(int n0) const {
+    const uint8_t* sc = reinterpret_cast<const uint8_t*>(wscale);
+    const long long kgroups = (K + FP8D_MX_GROUP - 1) / FP8D_MX_GROUP;
+    const long long b0 = n0 * kgroups, b1 = (n0 + 16 * MT < N ? n0 + 16 * MT : N) * kgroups;
+    unsigned hit = 0;
+    for (long long c0 = b0 + 16ll * threadIdx.x; c0 < b1; c0 += 64ll * blockDim.x) {
+      uint4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const long long c = c0 + 16ll * j * blockDim.x;
+        v[j] = c + 16 <= b1 ? fp8d_load128_keep(sc + c) : make_uint4(0u, 0u, 0u, 0u);
+        if (c < b1 && c + 16 > b1)
+          for (long long i = c; i < b1; ++i) hit |= sc[i] > FP8D_MX_FOLD_MAX;  // the range's last bytes
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int wd = 0; wd < 4; ++wd) {
+          // a byte >= 135 = 0x87: bit 7 set and its low 7 bits >= 7 (adding 0x79 to <= 0x7f never carries out)
+          const unsigned u = fp8d_word(v[j], wd);
+          hit |= ((u & 0x7f7f7f7fu) + 0x79797979u) & u & 0x80808080u;
+        }
+    }
+    return fp8d_cta_any(hit != 0);
+  }
+
   // Half step q: 4 words of 4 codes per row; word wd pairs with x values 4 wd .. 4 wd + 3 of the chunk.
   __device__ __forceinline__ void half_mma(float (&d)[MT][NT][4], const Fp8dWeightStep<MT>& wt, const Half& h,
                                            int q) const {
-    unsigned mxs[MT][2];
-    if constexpr (SCALE == FP8D_SCALE_MX) {
+    unsigned mul[MT][2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) mxs[mt][hh] = fp8d_e8m0_to_bf16x2(h.mx[mt][hh]);
-    }
+      for (int hh = 0; hh < 2; ++hh)
+        mul[mt][hh] = SCALE == FP8D_SCALE_MX ? fp8d_mx_decode_mul(h.mx[mt][hh]) : 0x7b807b80u;  // else 2^120
 #pragma unroll
     for (int wd = 0; wd < 4; ++wd) {
       unsigned a[MT][4];
@@ -88,11 +132,12 @@ struct W8A16Gemv {
           if constexpr (XKIND == FP8D_DTYPE_F16) {
             fp8d_decode4_f16x2_fast(fp8d_word(wt.v[mt][hh][q], wd), lo, hi);
           } else {
-            fp8d_decode4_bf16x2_fast(fp8d_word(wt.v[mt][hh][q], wd), lo, hi);
+            fp8d_decode4_bf16x2_fast(fp8d_word(wt.v[mt][hh][q], wd), lo, hi, mul[mt][hh]);
           }
-          if constexpr (SCALE == FP8D_SCALE_MX) {
-            lo = fp8d_bf16x2_fma(lo, mxs[mt][hh], 0x80008000u);
-            hi = fp8d_bf16x2_fma(hi, mxs[mt][hh], 0x80008000u);
+          if constexpr (kMxRest) {
+            const unsigned r = fp8d_mx_rest_mul(h.mx[mt][hh]);
+            lo = fp8d_bf16x2_fma(lo, r, 0x80008000u);
+            hi = fp8d_bf16x2_fma(hi, r, 0x80008000u);
           }
           a[mt][hh] = lo;      // a[0]: row g, a[1]: row g + 8 (lower K half)
           a[mt][2 + hh] = hi;  // a[2], a[3]: upper K half

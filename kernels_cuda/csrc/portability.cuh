@@ -8,6 +8,7 @@
 //   float    fp8d_shfl_xor(float v, int mask)   butterfly shuffle
 //   unsigned fp8d_shfl_idx(unsigned v, int src) read `v` of lane `src`            (HIP: ds_bpermute)
 //   float    fp8d_warp_sum(float), fp8d_warp_max(float) (NaN-propagating), fp8d_nanmax(float, float)
+//   bool     fp8d_cta_any(bool p)               p on any thread of the CTA (a barrier; CTA-uniform result)
 //   void     fp8d_decode4(unsigned codes, float out[4])   byte i of `codes` -> out[i], exact, NaN kept
 //   float    fp8d_decode1(unsigned code)                  low byte -> float
 //   unsigned fp8d_encode4(float a, float b, float c, float d)  e4m3 RNE of already-clamped values,
@@ -90,6 +91,21 @@ __device__ __forceinline__ float fp8d_warp_max(float v) {
 #pragma unroll
   for (int m = FP8D_WARP_SIZE / 2; m > 0; m >>= 1) v = fp8d_nanmax(v, fp8d_shfl_xor(v, m));
   return v;
+}
+// Does any thread of the CTA hold p? A barrier: every thread of the CTA must call it.
+__device__ __forceinline__ bool fp8d_cta_any(bool p) {
+#if FP8D_IS_CUDA
+  return __syncthreads_or(p);
+#else
+  __shared__ int fp8d_any_flag;
+  if (threadIdx.x == 0) fp8d_any_flag = 0;
+  __syncthreads();
+  if (p) fp8d_any_flag = 1;
+  __syncthreads();
+  const bool r = fp8d_any_flag != 0;
+  __syncthreads();  // the flag may be reset by the next call
+  return r;
+#endif
 }
 
 // The weights are read once per call: the non-coherent path (LDG.E.128.CONSTANT) with no L1 allocation.
@@ -183,12 +199,15 @@ __device__ __forceinline__ unsigned fp8d_byte_perm(unsigned a, unsigned b, unsig
 }
 #endif
 
-// Four codes -> two bf16x2 words: lo = (e0, e1), hi = (e2, e3). Exact for every non-NaN code.
-__device__ __forceinline__ void fp8d_decode4_bf16x2(unsigned codes, unsigned& lo, unsigned& hi) {
+// Four codes -> two bf16x2 words: lo = (e0, e1), hi = (e2, e3). Exact for every non-NaN code. `mul` is the
+// bf16x2 multiplier that restores the spread value (value x 2^-120): 2^120 by default; a power of two 2^(120+e)
+// yields value x 2^e with the one rounding of that product (fp8_common.cuh fp8d_mx_decode_mul: MX scales).
+__device__ __forceinline__ void fp8d_decode4_bf16x2(unsigned codes, unsigned& lo, unsigned& hi,
+                                                    unsigned mul = 0x7b807b80u) {
   const unsigned t0 = fp8d_byte_perm(codes, 0u, 0x1404u);  // bytes [0, e0, 0, e1]
   const unsigned t1 = fp8d_byte_perm(codes, 0u, 0x3424u);  // bytes [0, e2, 0, e3]
-  lo = fp8d_bf16x2_fma(fp8d_sw_spread_bf16(t0), 0x7b807b80u, 0x80008000u);
-  hi = fp8d_bf16x2_fma(fp8d_sw_spread_bf16(t1), 0x7b807b80u, 0x80008000u);
+  lo = fp8d_bf16x2_fma(fp8d_sw_spread_bf16(t0), mul, 0x80008000u);
+  hi = fp8d_bf16x2_fma(fp8d_sw_spread_bf16(t1), mul, 0x80008000u);
 }
 
 // Four codes -> two f16x2 words (hardware F2FP where it exists).

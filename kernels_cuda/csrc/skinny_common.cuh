@@ -104,6 +104,10 @@ struct Fp8dSmemLayout {
 //   kUniformScale / uniform_scale()  one output scale for the whole call
 //   kRowScale / row_scale(row)       a per-output-row scale
 //   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
+//   kHasRare / cta_needs_rare(n0) / rare()
+//                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
+//                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
+//                                    loop: a branch inside the loop would split its instruction schedule
 template <class P, bool kPrefetch>
 __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
@@ -126,6 +130,33 @@ __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT]
       p.half_mma(dst, wt, h, q);
     }
     if constexpr (P::kPartial) p.finish(acc, part, sc);
+  }
+}
+
+// The main loop over this warp's K steps (ring slot r % D and operand buffer r % NB static after unrolling).
+template <class P, bool kPrefetch, int NB, int R>
+__device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT][P::NT][4],
+                                                 Fp8dWeightStep<P::MT> (&ring)[P::DEPTH],
+                                                 typename P::Half (&half)[NB][2], typename P::Scales (&scales)[NB],
+                                                 const uint8_t* __restrict__ w, int n0, Fp8dLane L, int N, int K,
+                                                 int warp, int nwarps, int nsteps) {
+  constexpr int MT = P::MT, D = P::DEPTH;
+  for (int s0 = warp; s0 < nsteps; s0 += R * nwarps) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int s = s0 + r * nwarps;
+      if (s >= nsteps) break;  // warp-uniform
+      if constexpr (kPrefetch) {
+        if (s + nwarps < nsteps) {
+          const int b = (r + 1) % NB;
+          p.load_half(half[b][0], n0, L, s + nwarps, 0);
+          p.load_half(half[b][1], n0, L, s + nwarps, 1);
+          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
+        }
+      }
+      fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);
+      if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
+    }
   }
 }
 
@@ -159,6 +190,10 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   for (int d = 0; d < D; ++d)
     if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
   fp8d_allow_dependent_grid();
+  // Which policy runs the loop: read before the wait (only weight data), so its latency hides behind the
+  // previous grid's tail and this CTA's first weight loads. CTA-uniform (a barrier inside).
+  bool rare = false;
+  if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
   fp8d_wait_prior_grid();
   if (kPrefetch && warp < nsteps) {
     p.load_half(half[0][0], n0, L, warp, 0);
@@ -181,22 +216,15 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
 
   float acc[MT][NT][4];
   fp8d_zero<NSLOT>(&acc[0][0][0]);
-  for (int s0 = warp; s0 < nsteps; s0 += R * nwarps) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int s = s0 + r * nwarps;
-      if (s >= nsteps) break;  // warp-uniform
-      if constexpr (kPrefetch) {
-        if (s + nwarps < nsteps) {
-          const int b = (r + 1) % NB;
-          p.load_half(half[b][0], n0, L, s + nwarps, 0);
-          p.load_half(half[b][1], n0, L, s + nwarps, 1);
-          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
-        }
-      }
-      fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);
-      if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
+  if constexpr (P::kHasRare) {
+    if (rare) {
+      fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K, warp,
+                                                           nwarps, nsteps);
+    } else {
+      fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
     }
+  } else {
+    fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
   }
 
   if constexpr (!kEarlyOut) load_out();

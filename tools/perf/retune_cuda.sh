@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Re-tune after a change to the sources the CUDA candidates hash (kernels_cuda/csrc/*, _launch.py, _driver.py,
+# compiler.py, configs.py: every cuda.* table entry goes stale), then bench the decode cells of the merged table.
+#   OUT=dir [TRITON_GEMV64=1] bash tools/perf/retune_cuda.sh
+# 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried;
+# 2. cuda.dequant_cublas alone on its mxfp8 keys at M = 256..4096 (the dequant kernel did not change, only the
+#    hash of the shared headers and launcher, so the other candidates' old times still compare);
+# 3. with TRITON_GEMV64=1 (session 4: kernels_triton/configs.py changed too) every candidate on the one Triton
+#    GEMV key (fp8_row 128256x4096, M = 64);
+# 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16.
+# Returned: $OUT/nvidia_h200.yaml (the merged table) and $OUT/retune.tgz (everything; the device tool returns a
+# limited number of files, so the work happens in a temporary directory).
+source "$(dirname "$0")/device_env.sh"; DEST=$OUT; OUT=$(mktemp -d); mkdir -p "$OUT/tables"
+AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml"
+t0=$(date +%s); tables=("$OUT/t_decode.yaml" "$OUT/t_dequant.yaml")
+$AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
+  --budget-s ${DECODE_BUDGET:-360} --table "$OUT/t_decode.yaml" --out "$OUT/at_decode" > "$OUT/at_decode.log" 2>&1
+echo "decode autotune rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/at_decode.log"
+$AT --shapes baseline --m 256,1024,4096 --formats mxfp8 --only cuda.dequant_cublas --max-configs 2 \
+  --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
+echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"
+if [ "${TRITON_GEMV64:-0}" = 1 ]; then
+  $AT --shapes 128256x4096 --m 64 --formats fp8_row --max-configs 3 --table "$OUT/t_gemv64.yaml" --out "$OUT/at_gemv64" \
+    > "$OUT/at_gemv64.log" 2>&1; echo "gemv M=64 autotune rc=$? $(( $(date +%s) - t0 )) s"; tables+=("$OUT/t_gemv64.yaml")
+fi
+python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "${tables[@]}" --drop-stale \
+  --out "$OUT/tables/nvidia_h200.yaml" 2>&1 | tail -8 | tee "$OUT/merge.log"
+python3 -m tools.bench --what main,overhead --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
+  --no-candidates --tables "$OUT/tables" --budget-s ${BENCH_BUDGET:-100} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+echo "bench rc=$? $(( $(date +%s) - t0 )) s"
+tail -30 "$OUT/bench.log"
+cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
