@@ -23,7 +23,7 @@ from . import _launch
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
-# H200 (81 of 81, sm_90 native and the compute_80 / emulated-MMA paths run there; commit 9b7c372, torch
+# H200 (96 of 96, sm_90 native and the compute_80 / emulated-MMA paths run there; commit 89daa2e, torch
 # 2.11.0+cu130, cupy 14.2.0, 2026-11-29). sm_80 and sm_89 silicon has not run them: explain() says so there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
