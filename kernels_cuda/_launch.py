@@ -30,6 +30,9 @@ from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 # all of x (16-byte loads from L2) to compute the same amax, then quantize a share each. Above it the
 # redundant reads would cost more than the second launch of the two-pass path.
 PER_TENSOR_ONE_LAUNCH_MAX = 1 << 16
+# Up to this many elements every warp reads all of x itself (at most 4 batches of 8 16-byte loads per lane) and
+# needs no CTA barrier: act_quant.cu fp8d_act_quant_tensor_warp, for M = 1 and 2 at K = 4096.
+PER_TENSOR_WARP_MAX = 8192
 # Elements each CTA of the one-launch path quantizes (at most): 64K elements -> 8 CTAs.
 PER_TENSOR_ELEMS_PER_CTA = 8192
 
@@ -197,6 +200,8 @@ def act_quant_plan(m: int, k: int, granularity: ActGranularity | str) -> list[tu
         items = m * math.ceil(k / 128)
         return [("fp8d_act_quant_group", (math.ceil(items / 8), 1, 1), (256, 1, 1))] if items else []
     numel = m * k
+    if 0 < numel <= PER_TENSOR_WARP_MAX:
+        return [("fp8d_act_quant_tensor_warp", (math.ceil(numel / 128 / 8), 1, 1), (256, 1, 1))]
     if numel <= PER_TENSOR_ONE_LAUNCH_MAX:
         ctas = max(1, math.ceil(numel / PER_TENSOR_ELEMS_PER_CTA))
         return [("fp8d_act_quant_tensor_redundant", (ctas, 1, 1), (1024, 1, 1))]
@@ -231,7 +236,7 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
             args = (ptr(x2d), xk, ptr(codes), ptr(scales), k)
         elif entry == "fp8d_act_quant_group":
             args = (ptr(x2d), xk, ptr(codes), ptr(scales), m, k)
-        elif entry in ("fp8d_act_quant_tensor_single", "fp8d_act_quant_tensor_redundant"):
+        elif entry in ("fp8d_act_quant_tensor_single", "fp8d_act_quant_tensor_redundant", "fp8d_act_quant_tensor_warp"):
             args = (ptr(x2d), xk, ptr(codes), ptr(scales), m * k)
         elif entry == "fp8d_act_amax_partial":
             args = (ptr(x2d), xk, ptr(partial), m * k)
