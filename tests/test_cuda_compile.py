@@ -552,26 +552,6 @@ def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.n
                 for j in range(4):
                     idx = i0 + 4 * np.arange(nb * nt) + j
                     np.add.at(codes, idx[idx < numel], 1)
-        elif entry == "fp8d_act_quant_tensor_warp":
-            # Every warp reduces ALL of x (model one warp: 16-byte loads of 8 bf16 at lane, lane + 32, ..., then
-            # the scalar tail), then writes the 4 codes per lane of its 128-element item; warp 0 lane 0 the scale.
-            lane = np.arange(32)
-            nvec = numel // 8
-            for i0 in range(0, nvec, 32):
-                v = i0 + lane
-                v = v[v < nvec]
-                for j in range(8):
-                    np.add.at(amax_reads, 8 * v + j, 1)
-            for i0 in range(8 * nvec, numel, 32):
-                idx = i0 + lane
-                np.add.at(amax_reads, idx[idx < numel], 1)
-            scales[0] += 1
-            for b in range(nb):
-                item = b * (nt // 32) + tid // 32
-                ok = item * 128 < numel
-                for j in range(4):
-                    idx = item[ok] * 128 + 4 * (tid[ok] % 32) + j
-                    np.add.at(codes, idx[idx < numel], 1)
         elif entry == "fp8d_act_amax_partial":
             for i0 in range(0, numel, nb * nt):
                 idx = i0 + np.arange(nb * nt)

@@ -258,10 +258,10 @@ def test_act_quant_misaligned_x_bit_identical(launch, dtype):
             assert _same_bits(got_s, want_s) and _same_bits(got_q, want_q), f"{g} {dtype} [{m}, {k}]"
 
 
-@pytest.mark.parametrize("m", [16, 2, 1])  # the per-CTA one-launch kernel, then the per-warp one
+@pytest.mark.parametrize("m", [16, 2, 1])
 def test_act_quant_per_tensor_nan_in_one_cta_share_reaches_all(launch, m):
-    """The one-launch per-tensor paths: each CTA (each warp at M <= 2) computes the amax over ALL of x, so a NaN in
-    the last share makes every code and the scale NaN, as in the reference."""
+    """The one-launch per-tensor path: each CTA computes the amax over ALL of x, so a NaN in the last CTA's share
+    makes every code and the scale NaN, as in the reference."""
     x = _x(m, 4096, torch.bfloat16, 3)
     x[m - 1, 4095] = float("nan")
     want_q, want_s = dispatch.quantize_activation(x, ActGranularity.PER_TENSOR)

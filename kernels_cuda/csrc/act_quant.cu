@@ -114,18 +114,22 @@ __device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float
   return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
 }
 
-// This thread's share of the amax over ALL of x: elements first, first + stride, ... (16-byte loads where x is
-// 16-byte aligned, then the scalar tail). NaN-propagating; the caller reduces the shares.
-__device__ __forceinline__ float fp8d_absmax_share(const void* __restrict__ x, int x_kind, long long numel, int first,
-                                                   int stride) {
+// Per tensor in one launch: every CTA reads ALL of x (16-byte loads where x is 16-byte aligned) and so
+// computes the SAME amax and scale without a second launch, a workspace or atomics (max is exact and
+// order-free, NaN-propagating); then each CTA quantizes its grid-stride share and CTA 0 writes the scale.
+__device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict__ x, int x_kind,
+                                                          uint8_t* __restrict__ codes, float* __restrict__ scale,
+                                                          long long numel) {
+  fp8d_act_quant_enter();
+  __shared__ float sm[32];
   float amax = 0.0f;
   long long done = 0;
   if ((reinterpret_cast<unsigned long long>(x) & 15ull) == 0ull) {  // uniform: one pointer
     const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;
     const long long nvec = numel / per;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
-#pragma unroll 8
-    for (long long i = first; i < nvec; i += stride) {
+#pragma unroll 4
+    for (long long i = threadIdx.x; i < nvec; i += blockDim.x) {
       const uint4 v = fp8d_load128_keep(xv + i);
       amax = fp8d_word_absmax(v.x, x_kind, amax);
       amax = fp8d_word_absmax(v.y, x_kind, amax);
@@ -134,38 +138,9 @@ __device__ __forceinline__ float fp8d_absmax_share(const void* __restrict__ x, i
     }
     done = nvec * per;
   }
-  for (long long i = done + first; i < numel; i += stride) amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
-  return amax;
-}
-
-// Per tensor in one launch: every CTA reads ALL of x and so computes the SAME amax and scale without a second
-// launch, a workspace or atomics (max is exact and order-free, NaN-propagating); then each CTA quantizes its
-// grid-stride share and CTA 0 writes the scale.
-__device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict__ x, int x_kind,
-                                                          uint8_t* __restrict__ codes, float* __restrict__ scale,
-                                                          long long numel) {
-  fp8d_act_quant_enter();
-  __shared__ float sm[32];
-  const float amax = fp8d_absmax_share(x, x_kind, numel, threadIdx.x, blockDim.x);
+  for (long long i = done + threadIdx.x; i < numel; i += blockDim.x)
+    amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
   fp8d_quantize_grid_share(fp8d_block_max(amax, sm), x, x_kind, codes, scale, numel);
-}
-
-// Per tensor, the smallest inputs (M = 1, 2 at K = 4096: _launch.PER_TENSOR_WARP_MAX): every WARP reads all of x
-// (16-byte loads, 8 in flight per lane) and reduces the amax with shuffles alone, then quantizes its
-// 128-element share, so no CTA barrier and no 1024-thread CTA waits for a whole free SM. The per-CTA kernels below
-// took ~1 us longer than the group kernel at M = 1 on the H200 (session 5), the W8A8 GEMV waiting on them.
-extern "C" __global__ void __launch_bounds__(256) fp8d_act_quant_tensor_warp(const void* __restrict__ x, int x_kind,
-                                                                              uint8_t* __restrict__ codes,
-                                                                              float* __restrict__ scale,
-                                                                              long long numel) {
-  fp8d_act_quant_enter();
-  const int lane = threadIdx.x & 31;
-  const long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (item * 128 >= numel) return;  // whole warps exit together
-  const float amax = fp8d_absmax_share(x, x_kind, numel, lane, 32);
-  const float s = fp8d_act_scale(fp8d_warp_max(amax));
-  if (item == 0 && lane == 0) scale[0] = s;
-  fp8d_quant_store4(x, x_kind, codes, item * 128 + 4 * lane, numel, s, true);
 }
 
 // Per tensor, decode sizes, one CTA (kernels_hip's plan): x is read twice (amax, then codes from L1/L2).
