@@ -32,12 +32,6 @@ from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 PER_TENSOR_ONE_LAUNCH_MAX = 1 << 16
 # Elements each CTA of the one-launch path quantizes (at most): 64K elements -> 8 CTAs.
 PER_TENSOR_ELEMS_PER_CTA = 8192
-# Up to this many elements (M <= 4 at K = 4096) the per-tensor one-launch path uses 256-thread CTAs (2048
-# elements each), as does the per-token kernel up to K = 4096: on the H200 the 1024-thread ones took 2.6-2.8 us for
-# 1..4 x 4096 against 1.4-1.5 us for the 256-thread group kernel (tools.perf.act_quant, session 5), and the W8A8
-# GEMV waits for its quantizer.
-ACT_QUANT_SMALL_MAX = 16384
-ACT_QUANT_SMALL_ELEMS_PER_CTA = 2048
 
 
 @functools.lru_cache(maxsize=1)
@@ -197,16 +191,15 @@ def act_quant_plan(m: int, k: int, granularity: ActGranularity | str) -> list[tu
     if g is ActGranularity.PER_TOKEN:
         if not m:
             return []
-        threads = 1024 if k > 4096 else (256 if k >= 512 else 128)  # scalar loads: <= 16 a thread at 256
+        threads = 1024 if k >= 4096 else (256 if k >= 512 else 128)
         return [("fp8d_act_quant_token", (m, 1, 1), (threads, 1, 1))]
     if g is ActGranularity.PER_TOKEN_GROUP_128:
         items = m * math.ceil(k / 128)
         return [("fp8d_act_quant_group", (math.ceil(items / 8), 1, 1), (256, 1, 1))] if items else []
     numel = m * k
     if numel <= PER_TENSOR_ONE_LAUNCH_MAX:
-        small = numel <= ACT_QUANT_SMALL_MAX
-        ctas = max(1, math.ceil(numel / (ACT_QUANT_SMALL_ELEMS_PER_CTA if small else PER_TENSOR_ELEMS_PER_CTA)))
-        return [("fp8d_act_quant_tensor_redundant", (ctas, 1, 1), (256 if small else 1024, 1, 1))]
+        ctas = max(1, math.ceil(numel / PER_TENSOR_ELEMS_PER_CTA))
+        return [("fp8d_act_quant_tensor_redundant", (ctas, 1, 1), (1024, 1, 1))]
     nparts = min(1024, math.ceil(numel / (256 * 16)))
     return [("fp8d_act_amax_partial", (nparts, 1, 1), (256, 1, 1)),
             ("fp8d_act_quant_tensor_apply", (min(4096, math.ceil(numel / 1024)), 1, 1), (256, 1, 1))]
