@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 5's fourth H200 call (2026-11-29): A/B of a decode change against BASE (tools/perf/ab_decode.sh plus the
+# Session 5's fourth to sixth H200 calls (2026-11-29): A/B of a decode change against BASE (tools/perf/ab_decode.sh plus the
 # activation quantizers alone, tools.perf.act_quant, in both trees), then -- only if the change helped -- the CUDA
 # re-tune and decode bench (tools/perf/retune_cuda.sh), so one call (one machine start) serves both.
 #   BASE=.gpu/base OUT=dir [GATE_ROUTE=fp8_tensor:fp8] [GATE_M=1] [GATE_MAX=0.98] bash tools/perf/ab_then_retune.sh
