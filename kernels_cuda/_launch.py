@@ -32,12 +32,6 @@ from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 PER_TENSOR_ONE_LAUNCH_MAX = 1 << 16
 # Elements each CTA of the one-launch path quantizes (at most): 64K elements -> 8 CTAs.
 PER_TENSOR_ELEMS_PER_CTA = 8192
-# Up to this many elements (M <= 4 at K = 4096) the one-launch path spreads the quantization over 256-thread CTAs of
-# 512 elements (8 CTAs at 1 x 4096), each reading all of x for the amax (<= 8 16-byte loads a thread). On the H200 a
-# single 1024-thread CTA spent 4.8 us at 1 x 4096 under Nsight Compute, issue-bound on one SM (the IEEE divisions):
-# docs/perf/h200.md, session 5.
-PER_TENSOR_SPREAD_MAX = 16384
-PER_TENSOR_SPREAD_ELEMS_PER_CTA = 512
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,9 +197,6 @@ def act_quant_plan(m: int, k: int, granularity: ActGranularity | str) -> list[tu
         items = m * math.ceil(k / 128)
         return [("fp8d_act_quant_group", (math.ceil(items / 8), 1, 1), (256, 1, 1))] if items else []
     numel = m * k
-    if numel <= PER_TENSOR_SPREAD_MAX:
-        return [("fp8d_act_quant_tensor_redundant", (max(1, math.ceil(numel / PER_TENSOR_SPREAD_ELEMS_PER_CTA)), 1, 1),
-                 (256, 1, 1))]
     if numel <= PER_TENSOR_ONE_LAUNCH_MAX:
         ctas = max(1, math.ceil(numel / PER_TENSOR_ELEMS_PER_CTA))
         return [("fp8d_act_quant_tensor_redundant", (ctas, 1, 1), (1024, 1, 1))]
