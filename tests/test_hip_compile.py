@@ -227,6 +227,17 @@ def test_every_supported_build_compiles_with_all_kernels():
 
 
 @needs_clang
+def test_report_only_builds_of_the_shared_sources_compile():
+    """Builds no support predicate runs (the mma.sync-shaped CUDA GEMVs on gfx12, gfx942 variants) are compiled for the
+    ISA report: the evidence that kernels_cuda's sources stay portable. A vendor function missing from gfx12_fp8.h
+    (session 5: fp8d_cta_any) must fail here, not only as an ERROR row of the report."""
+    results = [r for r in isa.compile_all() if r.arch not in r.build.runtime_archs]
+    assert any(r.build.source == "gemv_w8a16.cu" for r in results)
+    bad = [(r.build.label, r.arch, r.log[-600:]) for r in results if not r.ok]
+    assert not bad, bad
+
+
+@needs_clang
 def test_isa_expectations_hold_for_every_supported_kernel():
     rows = isa.isa_rows()
     supported = [r for r in rows if r.supported]

@@ -111,6 +111,19 @@ __device__ __forceinline__ float fp8d_warp_max(float v) {
   return v;
 }
 
+// p on any thread of the CTA (portability.cuh contract; a barrier every thread must reach): a flag in LDS between
+// barriers (the shim has no __syncthreads_or).
+__device__ __forceinline__ bool fp8d_cta_any(bool p) {
+  __shared__ int fp8d_any_flag;
+  if (threadIdx.x == 0) fp8d_any_flag = 0;
+  __syncthreads();
+  if (p) fp8d_any_flag = 1;
+  __syncthreads();
+  const bool r = fp8d_any_flag != 0;
+  __syncthreads();  // the next call may reset the flag
+  return r;
+}
+
 // --- WMMA (gfx12 only) ----------------------------------------------------------------------------
 #if FP8D_HW_HAS_FP8_WMMA
 // D[16x16] += A[16x16] * B[16x16], e4m3 x e4m3 -> f32 (v_wmma_f32_16x16x16_fp8_fp8, wave32).
