@@ -7,12 +7,7 @@
 source "$(dirname "$0")/perf/device_env.sh"
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-gpu}
 stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests quant)
-{
-  date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
-} | tee "$OUT/env.txt"
+fp8d_record_env "$OUT/env.txt"
 summary=()
 for st in "${stages[@]}"; do
   t0=$(date +%s)

@@ -5,7 +5,7 @@
 # 1. the CUDA kernel GPU tests of this tree; 2. kernels_cuda.perf in BASE, then here (PERF_ARGS), then the
 # W8A16 fp8_row GEMV with fp16 against bf16 activations; 3. a table base -> new, printed last.
 # Everything lands in $OUT/ab_decode.tgz (one file: the device tool returns a limited number of files).
-source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d)
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null
 BASE=$(cd "${BASE:?set BASE to the base checkout}" && pwd)
 PERF_ARGS=${PERF_ARGS:---m 1,16 --routes mxfp8:bf16,fp8_block:fp8,fp8_tensor:fp8 --no-dequant}
 t0=$(date +%s)

@@ -4,7 +4,7 @@
 # docs/perf/h200_session2_2026-11-29.md gives, into a scratch table (the shipped one is not touched); then the
 # dispatcher's GPU tests on the shipped table.     OUT=dir bash tools/perf/autotune_llama.sh
 # Everything lands in $OUT/autotune_llama.tgz (one file: the device tool returns a limited number of files).
-source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d)
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null
 t0=$(date +%s)
 timeout ${AT_TIMEOUT:-480} python3 -m tools.autotune --hf-config tools/perf/models/llama-3-8b.json --m 1,4,16,64,256,1024,4096 \
   --formats fp8_block,fp8_tensor,fp8_row,mxfp8 --max-configs 3 --top-k 2 --table "$W/llama3_8b.yaml" --out "$W/at_llama" \

@@ -4,7 +4,7 @@
 # 1. the GPU tests of the CUDA backend and the dispatcher on the shipped table; 2. the shapes in no table at the
 # decode M (fallback chain vs autotuning them, tools.bench --what untabled). Everything lands in
 # $OUT/check_decode.tgz (one file: the device tool returns a limited number of files).
-source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d)
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null
 t0=$(date +%s)
 timeout ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider -n ${TEST_PROCS:-12} --timeout=150 \
   ${TESTS:-tests/test_cuda_kernels.py tests/test_cuda_driver.py tests/test_dispatch_gpu.py} > "$W/gpu_tests.log" 2>&1

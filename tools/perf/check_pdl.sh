@@ -5,7 +5,7 @@
 # 2. host time per call, plain launches against programmatic ones (FP8DISPATCH_PDL=0 / 1, same machine);
 # 3. the untabled shape 3000x1000 after the M <= 16 tile rule; 4. the GPU tests of the code this session changed.
 # Everything lands in $OUT/check_pdl.tgz (one file: the device tool returns a limited number of files).
-source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); mkdir -p "$W/tables"
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null; mkdir -p "$W/tables"
 t0=$(date +%s)
 python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml --shapes 128256x4096 \
   --m 64 --formats fp8_row --max-configs 3 --table "$W/t_gemv64.yaml" --out "$W/at_gemv64" > "$W/at_gemv64.log" 2>&1

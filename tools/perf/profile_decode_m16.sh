@@ -2,7 +2,7 @@
 # Nsight Compute on the decode GEMVs at M = 16 against M = 1 (session 5, 2026-11-29): why W8A8 fp8_block costs
 # ~3 us more at M = 16 than at M = 1 on 4096x4096 while W8A16 fp8_row costs ~1 us more.
 #   OUT=dir bash tools/perf/profile_decode_m16.sh      -> $OUT/profile_decode_m16.tgz (one file)
-source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d)
+source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null
 NCU="ncu --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis -s 2 -c 1"
 run() {  # name kernel-regex args...
   local name=$1 kre=$2; shift 2
