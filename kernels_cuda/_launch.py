@@ -100,6 +100,13 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
                         lambda: compiler.compile_module(name, arch, dict(defines)).image())
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_optin(device: int) -> int:
+    from cupy_backends.cuda.api import runtime  # noqa: PLC0415 (optional dependency)
+
+    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
+
+
 @functools.lru_cache(maxsize=4096)
 def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
                emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
@@ -111,7 +118,11 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
     else:
         name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
-              **_extra_defines(emulate_mma, force_sw_cvt)})
+              "FP8D_CFG_STAGES": cfg.stages, **_extra_defines(emulate_mma, force_sw_cvt)})
+    smem, limit = cfg.smem_bytes(m), _smem_optin(device)
+    if smem > limit:
+        raise UnsupportedError(f"GEMV config {cfg} needs {smem} bytes of shared memory per CTA at M = {m}; this "
+                               f"device allows {limit}: use a shallower ring (GemvConfig.stages) or stages=0")
     arch = arch or device_arch(device)
     kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
     return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),

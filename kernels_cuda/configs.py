@@ -2,7 +2,7 @@
 
 GEMV geometry (see csrc/skinny_common.cuh): a CTA owns 16 * mtiles rows of W and splits K over `warps`
 warps; each warp keeps `unroll` 128-wide K steps of weight loads in flight (a register ring, refilled as it
-is consumed). The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
+is consumed), or with `stages` >= 2 a ring of that many K steps in shared memory filled by cp.async. The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
 not a tuning knob.
 """
 
@@ -18,12 +18,18 @@ from dispatch.target import Target
 MAX_M = 32  # the GEMV kernels keep every token in registers: 4 MMA column tiles of 8
 K_STEP = 128  # K per step of a warp (csrc/fp8_common.cuh FP8D_KSTEP)
 MAX_UNROLL = 4
+MAX_STAGES = 8
 
 # (token tiles, row tiles) -> the deepest weight ring (GemvConfig.unroll) that compiles without spills for
 # every scale layout of both kernel families under __launch_bounds__(256, 2), i.e. 128 registers a thread
 # (ptxas -v via NVRTC 13.0 on sm_80, sm_89 and sm_90; tests/test_cuda_compile.py compiles each bound). Missing
 # pairs do not fit at any depth.
 _DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 3, (2, 2): 1, (4, 1): 1}
+# (token tiles, row tiles) pairs whose shared-memory ring (stages >= 2: one step in registers, the next step's x
+# prefetched where the budget allows) compiles without spills for every scale layout of both families on sm_80,
+# sm_89 and sm_90 at 4 and 8 stages (NVRTC 13.0 sweep; (2, 2) spills for W8A8 group scales on sm_90, (4, 1) for
+# most layouts).
+_STAGED_FITS = frozenset({(1, 1), (1, 2), (2, 1)})
 
 
 def token_tiles(m: int) -> int:
@@ -46,6 +52,9 @@ class GemvConfig(KernelConfig):
     warps: int = 8  # K-splitting warps per CTA (threads = 32 * warps)
     mtiles: int = 1  # 16-row tiles of W per CTA
     unroll: int = 1  # 128-wide K steps of weight loads each warp keeps in flight (-D FP8D_CFG_U)
+    # 0: the ring is `unroll` steps of registers. 2..8: a ring of `stages` K steps per warp in shared memory
+    # (-D FP8D_CFG_STAGES; cp.async, no registers held in flight), with `unroll` = 1.
+    stages: int = 0
 
     def __post_init__(self) -> None:
         if self.warps not in (2, 4, 8):  # the kernels' __launch_bounds__(256)
@@ -54,6 +63,11 @@ class GemvConfig(KernelConfig):
             raise ValueError(f"GemvConfig.mtiles must be 1 or 2, got {self.mtiles}")
         if not 1 <= self.unroll <= MAX_UNROLL:
             raise ValueError(f"GemvConfig.unroll must be 1..{MAX_UNROLL}, got {self.unroll}")
+        if self.stages and not 2 <= self.stages <= MAX_STAGES:
+            raise ValueError(f"GemvConfig.stages must be 0 (register ring) or 2..{MAX_STAGES}, got {self.stages}")
+        if self.stages and self.unroll != 1:
+            raise ValueError(f"GemvConfig: a shared-memory ring (stages = {self.stages}) keeps one step in "
+                             f"registers: unroll must be 1, got {self.unroll}")
 
     @property
     def rows_per_cta(self) -> int:
@@ -61,13 +75,27 @@ class GemvConfig(KernelConfig):
 
     def fits(self, m: int) -> bool:
         """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers."""
+        if self.stages:
+            return (token_tiles(m), self.mtiles) in _STAGED_FITS
         return self.unroll <= deepest_ring(m, self.mtiles)
 
     def smem_bytes(self, m: int) -> int:
-        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the per-warp partial sums, then
-        the tile's row scales and biases and 32 token scales, all fp32."""
+        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the staged weight ring (16 bytes per
+        lane, 4 chunks per row tile, per stage and warp), then the per-warp partial sums, the tile's row scales
+        and biases and 32 token scales, all fp32."""
+        ring = self.warps * self.stages * self.mtiles * 4 * 32 * 16
         partials = self.warps * self.mtiles * token_tiles(m) * 4 * 32
-        return 4 * (partials + 2 * self.rows_per_cta + 32)
+        return ring + 4 * (partials + 2 * self.rows_per_cta + 32)
+
+    def fits_target(self, m: int, target: Target) -> str:
+        """'' if this config compiles within the register budget at M and its shared memory fits one CTA of
+        `target`, else why not."""
+        if not self.fits(m):
+            return f"{self} does not fit 128 registers a thread at M = {m} (configs._DEEPEST_RING, _STAGED_FITS)"
+        need, have = self.smem_bytes(m), target.spec.max_smem_per_block
+        if need > have:
+            return f"{self} needs {need} bytes of shared memory per CTA; {target.arch} allows {have}"
+        return ""
 
 
 def _steps_per_warp(k: int, warps: int) -> int:
@@ -96,10 +124,16 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     return GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
 
 
+# Staged rings tried by the autotune, (warps, mtiles, stages): 64-96 KiB per CTA, so two CTAs stay resident on
+# an sm_90 SM (228 KiB); targets with less shared memory drop the ones that do not fit.
+_STAGED_SPACE = ((8, 1, 4), (8, 1, 6), (4, 1, 8), (4, 2, 4))
+
+
 def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
     """Default first, then a small grid (<= 12): warps 8 / 4, row tiles 1 / 2, ring depth 1 / 2 / 4 and the
     deepest that fits, minus what does not fit and the rings deeper than the warp's share of K steps (they
-    run like that share)."""
+    run like that share); then up to 4 shared-memory rings (_STAGED_SPACE, each no deeper than the warp's
+    share of K steps plus one, minus what does not fit the target)."""
     m = min(max(problem.m, 1), MAX_M)
     first = default_gemv_config(problem, target)
     out = [first]
@@ -112,7 +146,13 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
                 if c.fits(m) and key not in seen:
                     seen.add(key)
                     out.append(c)
-    return out[:12]
+    out = out[:12]
+    for warps, mtiles, stages in _STAGED_SPACE:
+        stages = max(2, min(stages, _steps_per_warp(problem.k, warps) + 1))
+        c = GemvConfig(warps, mtiles, 1, stages)
+        if c not in out and not c.fits_target(m, target):
+            out.append(c)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -239,9 +239,14 @@ def test_config_space():
             for n, k in ((4096, 4096), (28672, 4096), (4096, 14336), (8192, 2560), (256, 576)):
                 p = Problem(fmt, act, m, n, k)
                 cs = gemv_configs(p, t)
-                assert 1 < len(cs) <= 12 and len(set(cs)) == len(cs), (m, n, k, cs)
+                assert 1 < len(cs) <= 16 and len(set(cs)) == len(cs), (m, n, k, cs)
+                staged = [c for c in cs if c.stages]
+                assert (len(staged) > 0) == (m <= 16), (m, staged)  # no staged pair fits 32 tokens
+                steps = math.ceil(math.ceil(k / 128) / 4)
+                assert all(c.stages <= max(2, steps + 1) for c in staged if c.warps == 4)
                 assert cs[0] == default_gemv_config(p, t)
-                assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
+                assert all(not c.fits_target(m, t) for c in cs)
+                assert all(c.smem_bytes(m) <= 48 * 1024 for c in cs if not c.stages)
                 steps = math.ceil(math.ceil(k / 128) / cs[0].warps)
                 assert cs[0].unroll <= max(1, steps), "default ring deeper than the warp's K steps"
     # the default rule: K split on small N, all of a warp's 4 steps in flight at K = 4096 on 8 warps
@@ -252,12 +257,20 @@ def test_config_space():
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
-    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3)):
+    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3), dict(stages=1), dict(stages=9),
+                dict(unroll=2, stages=4)):
         with pytest.raises(ValueError):
             GemvConfig(**bad)
     assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
     # shared memory: partials [warps][slots][32] + row scales + row biases + 32 token scales (Fp8dSmemLayout)
     assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
+    # staged: the ring [warp][stage][mtiles * 4 chunks][32 lanes] of 16 bytes comes first
+    assert GemvConfig(8, 1, 1, 6).smem_bytes(1) == 8 * 6 * 4 * 32 * 16 + 4 * (8 * 1 * 1 * 4 * 32 + 2 * 16 + 32)
+    assert GemvConfig(8, 1, 1, 6).fits(16) and not GemvConfig(8, 1, 1, 6).fits(17)
+    assert GemvConfig(8, 1, 1, 6).fits_target(1, Target.simulated_for("sm_90")) == ""
+    assert "shared memory" in GemvConfig(8, 1, 1, 8).fits_target(1, Target.simulated_for("sm_89"))
+    assert GemvConfig.from_dict(GemvConfig(4, 2, 1, 4).to_dict()) == GemvConfig(4, 2, 1, 4)
+    assert GemvConfig.from_dict({"warps": 8, "mtiles": 1, "unroll": 2}) == GemvConfig(8, 1, 2), "old table rows"
 
 
 def test_register_budget_table_is_what_the_kernels_compile_to():
@@ -266,15 +279,17 @@ def test_register_budget_table_is_what_the_kernels_compile_to():
     depth and arch was run when the table was written: see the table's comment)."""
     compiler = _nvrtc_or_skip()
     from kernels_cuda import isa
-    from kernels_cuda.configs import _DEEPEST_RING
+    from kernels_cuda.configs import _DEEPEST_RING, _STAGED_FITS
 
     if isa.cuobjdump() is None:
         pytest.skip("cuobjdump not found (ships in the triton wheel)")
     bad = []
-    for (nt, mt), depth in sorted(_DEEPEST_RING.items()):
+    rings = [(nt, mt, depth, 0) for (nt, mt), depth in sorted(_DEEPEST_RING.items())]
+    rings += [(nt, mt, 1, 8) for nt, mt in sorted(_STAGED_FITS)]  # staged: one step in registers
+    for nt, mt, depth, stages in rings:
         for name, d in (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0}),
                         ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2})):
-            d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth}
+            d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth, "FP8D_CFG_STAGES": stages}
             for arch in ("sm_90", "sm_80"):
                 built = compiler.compile_module(name, arch, d)
                 spill = compiler.ptxas_resources(built.log).get("spill_bytes", 0)
@@ -603,5 +618,5 @@ def test_gemv_sources_share_one_driver():
 
     for name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
         src = (compiler.CSRC / name).read_text()
-        assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
+        assert "fp8d_skinny_gemv<FP8D_CFG_STAGES>(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
         assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src

@@ -98,11 +98,15 @@ def test_w8a16_gemv_fp16_activations_and_bias(launch, fmt):
 
 
 def _every_config(m: int):
-    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and ring depths."""
+    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and register ring
+    depths, and shared-memory rings of 2, 3, 5 and 8 stages (deeper than a warp's share of K steps included)."""
+    from dispatch.target import detect
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
-    return [c for c in (GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1))
-            if c.fits(m)]
+    regs = [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)]
+    staged = [GemvConfig(w, mt, 1, st) for w in (2, 4, 8) for mt in (1, 2) for st in (2, 3, 5, 8)]
+    t = detect()
+    return [c for c in regs + staged if not c.fits_target(m, t)]
 
 
 @pytest.mark.parametrize("fmt,act", FAMILIES)
@@ -193,6 +197,30 @@ def test_mx_every_scale_code_decodes_exactly(launch, path):
         want = want_all[:, cols]
         keep = (want.abs() >= 2.0**-126) | (want == 0)
         assert torch.equal(got[keep], want[keep]), f"columns {start}..{start + 31} differ"
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_staged_ring_decodes_every_code_exactly(launch, path):
+    """The shared-memory weight ring (GemvConfig.stages): one-hot x at M = 16 and M = 8 (row tiles 1 and 2), every
+    finite e4m3 code in every K position class, mxfp8 scales included: y equals dequantize's value (rounded once
+    to bf16 for MX, as the register ring). Proves the staged copy/read-back mapping chunk by chunk."""
+    from kernels_cuda.configs import GemvConfig
+
+    n, k = 256, 512
+    codes = torch.arange(n * k, device="cuda", dtype=torch.int64).remainder(255)
+    codes = torch.where(codes == 0x7F, torch.zeros_like(codes), codes)
+    q = codes.to(torch.uint8).reshape(n, k).view(torch.float8_e4m3fn).contiguous()
+    sc = torch.arange(n * k // 32, device="cuda", dtype=torch.int64).mul(5).remainder(135).reshape(n, k // 32)
+    for qw in (QWeight(Format.FP8_TENSOR, Act.BF16, q, torch.tensor(1.0, device="cuda")),
+               QWeight(Format.MXFP8, Act.BF16, q, sc.to(torch.uint8).view(torch.float8_e8m0fnu).contiguous())):
+        want_all = dispatch.dequantize(qw).to(torch.bfloat16).float()
+        for m, cfg in ((16, GemvConfig(8, 1, 1, 3)), (8, GemvConfig(4, 2, 1, 4))):
+            for start in range(0, k, m):
+                cols = list(range(start, start + m))
+                got = launch.w8a16_gemv(_one_hot_x(m, k, cols), qw, None, torch.float32, cfg, **PATHS[path]).T
+                want = want_all[:, cols]
+                keep = (want.abs() >= 2.0**-126) | (want == 0)
+                assert torch.equal(got[keep], want[keep]), f"{qw.format} {cfg} columns {start}.. differ"
 
 
 def test_mx_nan_scale_code_gives_nan(launch):

@@ -315,3 +315,23 @@ def test_also_try_adds_previous_winners_past_max_configs(tmp_path):
     todo, _ = Tuner(env, also, Journal(None)).plan(problem())
     assert [cfg.cost_us for _, cfgs in todo for cfg in cfgs] == [7.0, 3.0]  # 0.5 is not in the space: not added
     assert Tuner(env, also, Journal(None)).tune(problem()).winner.config == {"cost_us": 3.0}
+
+
+def test_max_configs_for_overrides_the_cut_per_candidate():
+    """--max-configs-for ID=N: that candidate gets its own count (0 = every config) while the others keep
+    --max-configs (the CUDA GEMVs' space grew by the staged rings; every one of them must be timed)."""
+    from tools.autotune import parse_max_configs_for
+
+    clock = FakeClock()
+    c = fakes(clock)
+    env = make_env([c["fast"]], clock)
+    cut = dataclasses.replace(SETTINGS, max_configs=1)
+    every = len(c["fast"].configs(problem(), env.target))
+    assert every > 1
+    for spec, want in ((["fake.fast=0"], every), (["fake.fast=2"], 2), (["other.id=0"], 1)):
+        s = dataclasses.replace(cut, max_configs_for=parse_max_configs_for(spec))
+        todo, _ = Tuner(env, s, Journal(None)).plan(problem())
+        assert [len(cfgs) for _, cfgs in todo] == [want], spec
+    for bad in (["fake.fast"], ["=3"], ["fake.fast=-1"]):
+        with pytest.raises(SystemExit):
+            parse_max_configs_for(bad)

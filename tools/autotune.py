@@ -22,6 +22,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 if __package__ in (None, ""):  # `python tools/autotune.py`: make the repository importable
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(default .cache/autotune/<device>)")
     ap.add_argument("--retune", action="store_true", help="measure problems already in the table again")
     ap.add_argument("--max-configs", type=int, default=0, help="per candidate: only the first N configs (0 = all)")
+    ap.add_argument("--max-configs-for", nargs="*", default=[], metavar="ID=N",
+                    help="per candidate id: N configs instead of --max-configs (0 = all), e.g. cuda.w8a16_gemv=0")
     ap.add_argument("--keep-configs", nargs="*", default=[], metavar="TABLE",
                     help="also try, past --max-configs, the config each TABLE chose for the same problem and "
                          "candidate (stale entries included: a re-tune after a kernel edit retries the old winner)")
@@ -205,6 +208,7 @@ def worker(args: argparse.Namespace) -> int:
         print(f"[autotune] backend {b} unavailable: {why}", flush=True)
     cpu_extra = {} if device.type == "cuda" else _cpu_timing()  # CPU runs are smoke tests, not measurements
     settings = TuneSettings(top_k=args.top_k, max_configs=args.max_configs or None, **cpu_extra,
+                            max_configs_for=parse_max_configs_for(args.max_configs_for),
                             also_try=kept_configs(args.keep_configs) if args.keep_configs else None,
                             tolerance=Tolerance(rel_fro=args.rel_tol),
                             skip=tuple(s for s in args.skip.split(",") if s),
@@ -292,6 +296,17 @@ def worker(args: argparse.Namespace) -> int:
     print(f"\n[autotune] {sink.written} entries written to {table_path}; journal {out_dir / 'journal.jsonl'}; "
           f"{time.time() - t_start:.0f}s", flush=True)
     return 0
+
+
+def parse_max_configs_for(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """`--max-configs-for` values ("cuda.w8a16_gemv=0") as TuneSettings.max_configs_for pairs."""
+    out = []
+    for it in items:
+        cid, sep, n = it.partition("=")
+        if not sep or not cid or not n.isdigit():
+            raise SystemExit(f"--max-configs-for takes ID=N with N >= 0 (0 = every config), got {it!r}")
+        out.append((cid, int(n)))
+    return tuple(out)
 
 
 def kept_configs(paths: list[str]):

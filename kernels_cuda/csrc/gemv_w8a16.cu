@@ -174,14 +174,15 @@ struct W8A16Gemv {
   __device__ __forceinline__ float tok_scale(int) const { return 1.0f; }
 };
 
-#ifndef FP8D_CFG_SCALE
-#error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U select the instantiation)"
+#if !defined(FP8D_CFG_SCALE) || !defined(FP8D_CFG_STAGES)
+#error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U/STAGES select the instantiation)"
 #endif
 
-// FP8D_CFG_U: K steps of weight loads each warp keeps in flight (GemvConfig.unroll).
+// FP8D_CFG_U: K steps of weight loads each warp keeps in flight in registers (GemvConfig.unroll);
+// FP8D_CFG_STAGES: 0, or the depth of the weight ring in shared memory (GemvConfig.stages; U is then 1).
 extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a16_gemv(
     const uint8_t* __restrict__ w, const void* __restrict__ wscale, const uint16_t* __restrict__ x,
     const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int bias_kind, int out_kind) {
   const W8A16Gemv<FP8D_CFG_SCALE, FP8D_CFG_XKIND, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U> p{wscale, x, M, N, K};
-  fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
+  fp8d_skinny_gemv<FP8D_CFG_STAGES>(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }

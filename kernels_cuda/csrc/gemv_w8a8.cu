@@ -16,10 +16,7 @@ struct W8A8Gemv {
   static constexpr bool kUniformScale = ACTQ == FP8D_ACTQ_TENSOR;
   static constexpr bool kRowScale = ACTQ == FP8D_ACTQ_TOKEN;
   static constexpr bool kTokScale = ACTQ == FP8D_ACTQ_TOKEN;
-  static constexpr bool kHasRare = false;  // one policy for every input
-  using Rare = W8A8Gemv;
-  __device__ __forceinline__ W8A8Gemv rare() const { return *this; }
-  __device__ __forceinline__ bool cta_needs_rare(int) const { return false; }
+  static constexpr bool kHasRare = false;  // one policy for every input (the driver never asks for Rare)
 
   struct Half {
     uint4 x[NT];  // [token tile]: this lane's 16 codes of chunk q
@@ -126,15 +123,16 @@ struct W8A8Gemv {
   __device__ __forceinline__ float tok_scale(int tok) const { return xs[tok]; }
 };
 
-#ifndef FP8D_CFG_ACTQ
-#error "compile through kernels_cuda._launch (FP8D_CFG_ACTQ/NT/MT/U select the instantiation)"
+#if !defined(FP8D_CFG_ACTQ) || !defined(FP8D_CFG_STAGES)
+#error "compile through kernels_cuda._launch (FP8D_CFG_ACTQ/NT/MT/U/STAGES select the instantiation)"
 #endif
 
-// FP8D_CFG_U: K steps of weight loads each warp keeps in flight (GemvConfig.unroll).
+// FP8D_CFG_U: K steps of weight loads each warp keeps in flight in registers (GemvConfig.unroll);
+// FP8D_CFG_STAGES: 0, or the depth of the weight ring in shared memory (GemvConfig.stages; U is then 1).
 extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv(
     const uint8_t* __restrict__ w, const float* __restrict__ ws, const uint8_t* __restrict__ xq,
     const float* __restrict__ xs, const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K,
     int bias_kind, int out_kind) {
   const W8A8Gemv<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U> p{ws, xs, M, N, K, xq};
-  fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
+  fp8d_skinny_gemv<FP8D_CFG_STAGES>(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # Re-tune after a change to the sources the CUDA candidates hash (kernels_cuda/csrc/*, _launch.py, _driver.py,
 # compiler.py, configs.py: every cuda.* table entry goes stale), then bench the decode cells of the merged table.
-#   OUT=dir [TRITON_GEMV64=1] bash tools/perf/retune_cuda.sh
-# 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried;
+#   OUT=dir [STEP=all|decode|finish] [T_DECODE=table] [GEMV_CONFIGS=0] [TRITON_GEMV64=1] bash tools/perf/retune_cuda.sh
+# 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried; the
+#    CUDA GEMVs with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
+#    with DECODE_CONFIGS (2);
 # 2. cuda.dequant_cublas alone on its mxfp8 keys at M = 256..4096 (the dequant kernel did not change, only the
 #    hash of the shared headers and launcher, so the other candidates' old times still compare);
 # 3. with TRITON_GEMV64=1 (session 4: kernels_triton/configs.py changed too) every candidate on the one Triton
 #    GEMV key (fp8_row 128256x4096, M = 64);
 # 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16.
-# Returned: $OUT/nvidia_h200.yaml (the merged table) and $OUT/retune.tgz (everything; the device tool returns a
-# limited number of files, so the work happens in a temporary directory).
+# STEP=decode runs the CUDA kernel GPU tests and step 1 only (one device call of ~6 min); STEP=finish runs
+# steps 2-5 on the decode table T_DECODE of an earlier STEP=decode call (carried into the checkout).
+# Returned: $OUT/nvidia_h200.yaml (the merged table; STEP=decode: $OUT/t_decode.yaml) and $OUT/retune.tgz
+# (everything; the device tool returns a limited number of files, so the work happens in a temporary directory).
 source "$(dirname "$0")/device_env.sh"; DEST=$OUT; OUT=$(mktemp -d); mkdir -p "$OUT/tables"; fp8d_record_env "$OUT/env.txt" > /dev/null
+STEP=${STEP:-all}
 AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml"
 t0=$(date +%s); tables=("$OUT/t_decode.yaml" "$OUT/t_dequant.yaml")
-$AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
-  --budget-s ${DECODE_BUDGET:-360} --table "$OUT/t_decode.yaml" --out "$OUT/at_decode" > "$OUT/at_decode.log" 2>&1
-echo "decode autotune rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/at_decode.log"
+if [ "$STEP" != finish ]; then
+  if [ "$STEP" = decode ]; then
+    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py > "$OUT/gpu_tests.log" 2>&1
+    echo "CUDA kernel tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/gpu_tests.log")"
+  fi
+  $AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
+    --max-configs-for cuda.w8a16_gemv=${GEMV_CONFIGS:-0} cuda.w8a8_gemv=${GEMV_CONFIGS:-0} \
+    --budget-s ${DECODE_BUDGET:-420} --table "$OUT/t_decode.yaml" --out "$OUT/at_decode" > "$OUT/at_decode.log" 2>&1
+  echo "decode autotune rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/at_decode.log"
+  if [ "$STEP" = decode ]; then
+    cp "$OUT/t_decode.yaml" "$DEST/"; tar czf "$DEST/retune.tgz" -C "$OUT" .; exit 0
+  fi
+else
+  cp "${T_DECODE:?STEP=finish needs T_DECODE, the table of a STEP=decode call}" "$OUT/t_decode.yaml"
+fi
 $AT --shapes baseline --m 256,1024,4096 --formats mxfp8 --only cuda.dequant_cublas --max-configs 2 \
   --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
 echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"

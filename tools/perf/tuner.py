@@ -43,6 +43,9 @@ class TuneSettings:
     final: TimingPolicy = FINAL
     top_k: int = 3
     max_configs: int | None = None  # per candidate: the first N of configs() (backends list the likely first)
+    # Per candidate id: its own N instead of max_configs (0 = every config), e.g. every config of a kernel whose
+    # config space just grew while the others keep a short list.
+    max_configs_for: tuple[tuple[str, int], ...] = ()
     tolerance: Tolerance = Tolerance()
     rotation: RotationPolicy = RotationPolicy()
     skip: tuple[str, ...] = ("torch.reference",)  # never tuned: exact but orders of magnitude slower
@@ -218,8 +221,9 @@ class Tuner:
                 out.append(Outcome(c.id, c.backend, {}, "failed", f"configs() raised {_short(e)}"))
                 continue
             offered = cfgs
-            if self.s.max_configs:
-                cfgs = cfgs[: self.s.max_configs]
+            limit = dict(self.s.max_configs_for).get(c.id, self.s.max_configs)
+            if limit:
+                cfgs = cfgs[:limit]
             if self.s.also_try is not None:
                 cfgs += [x for x in self.s.also_try(problem, c) if x in offered and x not in cfgs]
             todo.append((c, cfgs))
