@@ -30,20 +30,17 @@ class ArchSpec:
     bf16_tflops: float
     fp8_tflops: float
     reference_part: str
-    # Largest dynamic shared memory one CTA may opt in to, bytes (CUDA's MaxSharedMemoryPerBlockOptin; LDS per
-    # workgroup on AMD): bounds the CUDA GEMVs' staged weight rings.
-    max_smem_per_block: int = 48 * 1024
 
 
 ARCHS: dict[str, ArchSpec] = {
     a.arch: a
     for a in [
-        ArchSpec("sm_80", "nvidia", False, False, False, False, 32, 1935, 312, 0, "A100-80GB SXM", 163 * 1024),
-        ArchSpec("sm_86", "nvidia", False, False, False, False, 32, 936, 71, 0, "RTX 3090", 99 * 1024),
-        ArchSpec("sm_89", "nvidia", True, True, True, False, 32, 864, 181, 362, "L40S", 99 * 1024),
-        ArchSpec("sm_90", "nvidia", True, True, True, True, 32, 4275, 797, 1430, "H200 (measured)", 227 * 1024),
-        ArchSpec("gfx942", "amd", True, True, True, False, 64, 5300, 1307, 2615, "MI300X", 64 * 1024),
-        ArchSpec("gfx1201", "amd", True, True, True, False, 32, 612, 191, 383, "Radeon AI PRO R9700", 64 * 1024),
+        ArchSpec("sm_80", "nvidia", False, False, False, False, 32, 1935, 312, 0, "A100-80GB SXM"),
+        ArchSpec("sm_86", "nvidia", False, False, False, False, 32, 936, 71, 0, "RTX 3090"),
+        ArchSpec("sm_89", "nvidia", True, True, True, False, 32, 864, 181, 362, "L40S"),
+        ArchSpec("sm_90", "nvidia", True, True, True, True, 32, 4275, 797, 1430, "H200 (measured)"),
+        ArchSpec("gfx942", "amd", True, True, True, False, 64, 5300, 1307, 2615, "MI300X"),
+        ArchSpec("gfx1201", "amd", True, True, True, False, 32, 612, 191, 383, "Radeon AI PRO R9700"),
         ArchSpec("cpu", "cpu", False, False, False, False, 1, 50, 1, 0, "CPU"),
     ]
 }

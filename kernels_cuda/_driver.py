@@ -67,18 +67,13 @@ def load(image_key: Any, entry: str, device: int, image: Callable[[], bytes]) ->
 
 def _load(entry: str, device: int, image: bytes) -> LoadedKernel:
     from cupy.cuda import Device, function  # noqa: PLC0415 (optional dependency)
-    from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
+    from cupy_backends.cuda.api import driver  # noqa: PLC0415
 
     with Device(device):
         mod = function.Module()
         mod.load(image)
         fn = mod.get_function(entry)
         ctx = driver.ctxGetCurrent()
-        if not runtime.is_hip:
-            # Above 48 KiB of dynamic shared memory a launch fails unless the function opted in (the GEMVs'
-            # staged weight rings use up to 96 KiB): opt in to the device's maximum once, at load.
-            optin = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
-            driver.funcSetAttribute(int(fn.ptr), driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin)
     return LoadedKernel(entry, device, int(fn.ptr), int(ctx), mod)
 
 

@@ -100,13 +100,6 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
                         lambda: compiler.compile_module(name, arch, dict(defines)).image())
 
 
-@functools.lru_cache(maxsize=None)
-def _smem_optin(device: int) -> int:
-    from cupy_backends.cuda.api import runtime  # noqa: PLC0415 (optional dependency)
-
-    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
-
-
 @functools.lru_cache(maxsize=4096)
 def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
                emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
@@ -114,15 +107,13 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
     module key and the geometry in Python on every call (the host cost is the decode latency when the
     caller does not use CUDA graphs)."""
     if w8a8:
-        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
+        # fused quantization: FUSEQ is x's dtype code + 1 (the kernel reads x itself)
+        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code,
+                                                            "FP8D_CFG_FUSEQ": xkind + 1 if cfg.fuse_quant else 0}
     else:
         name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
-              "FP8D_CFG_STAGES": cfg.stages, **_extra_defines(emulate_mma, force_sw_cvt)})
-    smem, limit = cfg.smem_bytes(m), _smem_optin(device)
-    if smem > limit:
-        raise UnsupportedError(f"GEMV config {cfg} needs {smem} bytes of shared memory per CTA at M = {m}; this "
-                               f"device allows {limit}: use a shallower ring (GemvConfig.stages) or stages=0")
+              **_extra_defines(emulate_mma, force_sw_cvt)})
     arch = arch or device_arch(device)
     kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
     return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
@@ -265,17 +256,28 @@ def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: st
 def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
               config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
               force_sw_cvt: bool = False) -> torch.Tensor:
-    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV."""
+    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV; with
+    config.fuse_quant (per-tensor / per-token, bf16 / fp16 x) the GEMV quantizes x itself in the same launch."""
     m, n, k = _check_gemv(x2d, qw)
     g = qw.act_granularity
     if g is None:
         raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
     cfg = config or GemvConfig()
+    if cfg.fuse_quant:
+        if g is ActGranularity.PER_TOKEN_GROUP_128:
+            raise UnsupportedError(f"{cfg}: fused quantization serves per-tensor and per-token activation scales; "
+                                   "fp8_block's 1x128 groups use fuse_quant=False")
+        if x2d.dtype not in (torch.bfloat16, torch.float16):
+            raise UnsupportedError(f"{cfg}: fused quantization reads bf16 or fp16 x, got {x2d.dtype}; "
+                                   "use fuse_quant=False")
     if not cfg.fits(m):
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
-    xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
-    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
+    if cfg.fuse_quant:
+        xq, xs, xkind = _aligned16(x2d), None, DTYPE_CODE[x2d.dtype]
+    else:
+        (xq, xs), xkind = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt), 0
+    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], xkind, m, n, cfg, x2d.device.index or 0, arch,
                                            emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])

@@ -2,8 +2,9 @@
 
 GEMV geometry (see csrc/skinny_common.cuh): a CTA owns 16 * mtiles rows of W and splits K over `warps`
 warps; each warp keeps `unroll` 128-wide K steps of weight loads in flight (a register ring, refilled as it
-is consumed), or with `stages` >= 2 a ring of that many K steps in shared memory filled by cp.async. The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
-not a tuning knob.
+is consumed). The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
+not a tuning knob. W8A8 with per-tensor or per-token activation scales may quantize x inside the GEMV
+(`fuse_quant`: csrc/gemv_w8a8.cu FUSEQ) instead of in a separate act_quant launch.
 """
 
 from __future__ import annotations
@@ -11,25 +12,27 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dispatch.formats import Act
+import torch
+
+from dispatch.formats import Act, Format
 from dispatch.problem import KernelConfig, Problem
 from dispatch.target import Target
 
 MAX_M = 32  # the GEMV kernels keep every token in registers: 4 MMA column tiles of 8
 K_STEP = 128  # K per step of a warp (csrc/fp8_common.cuh FP8D_KSTEP)
 MAX_UNROLL = 4
-MAX_STAGES = 8
+# Fused quantization reads all of x [M, K] from L2 in every CTA: offered up to this M (the autotune decides where
+# it pays; at M = 16 and K = 14336 that is 458 KB per CTA).
+FUSE_QUANT_MAX_M = 16
 
 # (token tiles, row tiles) -> the deepest weight ring (GemvConfig.unroll) that compiles without spills for
 # every scale layout of both kernel families under __launch_bounds__(256, 2), i.e. 128 registers a thread
 # (ptxas -v via NVRTC 13.0 on sm_80, sm_89 and sm_90; tests/test_cuda_compile.py compiles each bound). Missing
 # pairs do not fit at any depth.
 _DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 3, (2, 2): 1, (4, 1): 1}
-# (token tiles, row tiles) pairs whose shared-memory ring (stages >= 2: one step in registers, the next step's x
-# prefetched where the budget allows) compiles without spills for every scale layout of both families on sm_80,
-# sm_89 and sm_90 at 4 and 8 stages (NVRTC 13.0 sweep; (2, 2) spills for W8A8 group scales on sm_90, (4, 1) for
-# most layouts).
-_STAGED_FITS = frozenset({(1, 1), (1, 2), (2, 1)})
+# The pairs whose fused-quantization W8A8 GEMV (per tensor and per token, bf16 and f16 x) compiles without spills
+# at their deepest ring on sm_80, sm_89 and sm_90 (NVRTC 13.0; tests/test_cuda_compile.py).
+_FUSED_FITS = frozenset({(1, 1), (1, 2), (2, 1), (2, 2)})
 
 
 def token_tiles(m: int) -> int:
@@ -52,9 +55,9 @@ class GemvConfig(KernelConfig):
     warps: int = 8  # K-splitting warps per CTA (threads = 32 * warps)
     mtiles: int = 1  # 16-row tiles of W per CTA
     unroll: int = 1  # 128-wide K steps of weight loads each warp keeps in flight (-D FP8D_CFG_U)
-    # 0: the ring is `unroll` steps of registers. 2..8: a ring of `stages` K steps per warp in shared memory
-    # (-D FP8D_CFG_STAGES; cp.async, no registers held in flight), with `unroll` = 1.
-    stages: int = 0
+    # W8A8 per-tensor / per-token only: the GEMV quantizes x itself (one launch instead of act_quant + GEMV;
+    # -D FP8D_CFG_FUSEQ). Same codes, scales and output bits.
+    fuse_quant: bool = False
 
     def __post_init__(self) -> None:
         if self.warps not in (2, 4, 8):  # the kernels' __launch_bounds__(256)
@@ -63,39 +66,24 @@ class GemvConfig(KernelConfig):
             raise ValueError(f"GemvConfig.mtiles must be 1 or 2, got {self.mtiles}")
         if not 1 <= self.unroll <= MAX_UNROLL:
             raise ValueError(f"GemvConfig.unroll must be 1..{MAX_UNROLL}, got {self.unroll}")
-        if self.stages and not 2 <= self.stages <= MAX_STAGES:
-            raise ValueError(f"GemvConfig.stages must be 0 (register ring) or 2..{MAX_STAGES}, got {self.stages}")
-        if self.stages and self.unroll != 1:
-            raise ValueError(f"GemvConfig: a shared-memory ring (stages = {self.stages}) keeps one step in "
-                             f"registers: unroll must be 1, got {self.unroll}")
 
     @property
     def rows_per_cta(self) -> int:
         return 16 * self.mtiles
 
     def fits(self, m: int) -> bool:
-        """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers."""
-        if self.stages:
-            return (token_tiles(m), self.mtiles) in _STAGED_FITS
+        """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers (fused
+        quantization: bf16 x operands, twice the bytes of codes, and at most FUSE_QUANT_MAX_M tokens)."""
+        if self.fuse_quant and (m > FUSE_QUANT_MAX_M or (token_tiles(m), self.mtiles) not in _FUSED_FITS):
+            return False
         return self.unroll <= deepest_ring(m, self.mtiles)
 
     def smem_bytes(self, m: int) -> int:
-        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the staged weight ring (16 bytes per
-        lane, 4 chunks per row tile, per stage and warp), then the per-warp partial sums, the tile's row scales
-        and biases and 32 token scales, all fp32."""
-        ring = self.warps * self.stages * self.mtiles * 4 * 32 * 16
+        """Dynamic shared memory (csrc/skinny_common.cuh fp8d_xscale_smem, Fp8dSmemLayout): 32 x scales (fused
+        quantization), the per-warp partial sums, then the tile's row scales and biases and 32 token scales,
+        all fp32."""
         partials = self.warps * self.mtiles * token_tiles(m) * 4 * 32
-        return ring + 4 * (partials + 2 * self.rows_per_cta + 32)
-
-    def fits_target(self, m: int, target: Target) -> str:
-        """'' if this config compiles within the register budget at M and its shared memory fits one CTA of
-        `target`, else why not."""
-        if not self.fits(m):
-            return f"{self} does not fit 128 registers a thread at M = {m} (configs._DEEPEST_RING, _STAGED_FITS)"
-        need, have = self.smem_bytes(m), target.spec.max_smem_per_block
-        if need > have:
-            return f"{self} needs {need} bytes of shared memory per CTA; {target.arch} allows {have}"
-        return ""
+        return 4 * (32 + partials + 2 * self.rows_per_cta + 32)  # 32 x scales first (fp8d_xscale_smem)
 
 
 def _steps_per_warp(k: int, warps: int) -> int:
@@ -124,16 +112,10 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     return GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
 
 
-# Staged rings tried by the autotune, (warps, mtiles, stages): 64-96 KiB per CTA, so two CTAs stay resident on
-# an sm_90 SM (228 KiB); targets with less shared memory drop the ones that do not fit.
-_STAGED_SPACE = ((8, 1, 4), (8, 1, 6), (4, 1, 8), (4, 2, 4))
-
-
 def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
     """Default first, then a small grid (<= 12): warps 8 / 4, row tiles 1 / 2, ring depth 1 / 2 / 4 and the
     deepest that fits, minus what does not fit and the rings deeper than the warp's share of K steps (they
-    run like that share); then up to 4 shared-memory rings (_STAGED_SPACE, each no deeper than the warp's
-    share of K steps plus one, minus what does not fit the target)."""
+    run like that share)."""
     m = min(max(problem.m, 1), MAX_M)
     first = default_gemv_config(problem, target)
     out = [first]
@@ -147,12 +129,16 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
                     seen.add(key)
                     out.append(c)
     out = out[:12]
-    for warps, mtiles, stages in _STAGED_SPACE:
-        stages = max(2, min(stages, _steps_per_warp(problem.k, warps) + 1))
-        c = GemvConfig(warps, mtiles, 1, stages)
-        if c not in out and not c.fits_target(m, target):
-            out.append(c)
+    if fuse_quant_allowed(problem):
+        out += [f for f in (dataclasses.replace(c, fuse_quant=True) for c in out[:6]) if f.fits(m)]
     return out
+
+
+def fuse_quant_allowed(problem: Problem) -> bool:
+    """True if the W8A8 GEMV can quantize x itself for `problem`: per-tensor or per-token activation scales
+    (fp8_tensor, fp8_row with fp8 activations), bf16 or fp16 x, M <= FUSE_QUANT_MAX_M."""
+    return (problem.act is Act.FP8 and problem.fmt in (Format.FP8_TENSOR, Format.FP8_ROW)
+            and problem.x_dtype in (torch.bfloat16, torch.float16) and problem.m <= FUSE_QUANT_MAX_M)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,34 +49,29 @@ class Variant:
     expect_hw_cvt: bool  # the kernel converts fp8 with F2FP on sm_89+ by design
 
 
-def _ring(m: int, mt: int, u: int | None, stages: int) -> tuple[int, str]:
-    """(FP8D_CFG_U, name suffix) of a register ring (`u`, default the deepest that fits) or a staged one."""
-    from .configs import deepest_ring  # noqa: PLC0415
-
-    if stages:
-        return 1, f"stages={stages}"
-    u = deepest_ring(m, mt) if u is None else u
-    return u, f"u={u}"
-
-
-def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int, mt: int = 1, u: int | None = None,
-            stages: int = 0) -> Variant:
+def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int, mt: int = 1, u: int | None = None) -> Variant:
     import torch  # noqa: PLC0415
 
-    u, ring = _ring(m, mt, u, stages)
+    from .configs import deepest_ring  # noqa: PLC0415
+
+    u = deepest_ring(m, mt) if u is None else u
     dt = {0: torch.bfloat16, 1: torch.float16}[xk]
-    name = f"w8a16_gemv[{scale},{'bf16' if xk == 0 else 'f16'},M<={8 * nt},mt={mt},{ring}]"
+    name = f"w8a16_gemv[{scale},{'bf16' if xk == 0 else 'f16'},M<={8 * nt},mt={mt},u={u}]"
     d = {"FP8D_CFG_SCALE": {"tensor": 0, "row": 1, "block": 2, "mx": 3}[scale], "FP8D_CFG_XKIND": xk,
-         "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": u, "FP8D_CFG_STAGES": stages}
+         "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": u}
     return Variant(name, "gemv_w8a16.cu", tuple(sorted(d.items())), Problem(fmt, Act.BF16, m, 4096, 4096, dt, dt),
                    "cuda.w8a16_gemv", xk == 1)
 
 
-def _gemv8(scheme: str, fmt: Format, nt: int, m: int, mt: int = 1, u: int | None = None, stages: int = 0) -> Variant:
-    u, ring = _ring(m, mt, u, stages)
+def _gemv8(scheme: str, fmt: Format, nt: int, m: int, mt: int = 1, u: int | None = None, fuseq: int = 0) -> Variant:
+    """fuseq: 0 codes from act_quant; 1 / 2 the GEMV quantizes a bf16 / f16 x itself (GemvConfig.fuse_quant)."""
+    from .configs import deepest_ring  # noqa: PLC0415
+
+    u = deepest_ring(m, mt) if u is None else u
     d = {"FP8D_CFG_ACTQ": {"tensor": 0, "token": 1, "group": 2}[scheme], "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt,
-         "FP8D_CFG_U": u, "FP8D_CFG_STAGES": stages}
-    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt},mt={mt},{ring}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
+         "FP8D_CFG_U": u, "FP8D_CFG_FUSEQ": fuseq}
+    fused = {0: "", 1: ",fused-quant bf16", 2: ",fused-quant f16"}[fuseq]
+    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt},mt={mt},u={u}{fused}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
                    Problem(fmt, Act.FP8, m, 4096, 4096), "cuda.w8a8_gemv", False)
 
 
@@ -93,9 +88,7 @@ def variants() -> list[Variant]:
     v += [_gemv8("group", Format.FP8_BLOCK, 4, 32), _gemv8("token", Format.FP8_ROW, 4, 32),
           _gemv8("group", Format.FP8_BLOCK, 1, 1, mt=2), _gemv8("group", Format.FP8_BLOCK, 2, 16),
           _gemv8("tensor", Format.FP8_TENSOR, 2, 16, mt=2)]
-    # shared-memory weight rings (cp.async): the heaviest layouts at the largest staged tiles
-    v += [_gemv16("mx", Format.MXFP8, 0, 2, 16, stages=6), _gemv16("block", Format.FP8_BLOCK, 0, 1, 8, mt=2, stages=4),
-          _gemv8("group", Format.FP8_BLOCK, 2, 16, stages=6), _gemv8("tensor", Format.FP8_TENSOR, 1, 1, stages=4)]
+    v += [_gemv8("tensor", Format.FP8_TENSOR, 1, 1, fuseq=1), _gemv8("token", Format.FP8_ROW, 2, 16, mt=2, fuseq=2)]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):

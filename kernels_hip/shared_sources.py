@@ -34,16 +34,11 @@ def report_only_builds() -> list[HipBuild]:
     """One representative instantiation of each mma.sync-shaped GEMV, to show what gfx12 makes of it."""
     return [
         HipBuild("shared_gemv_w8a16[block,bf16,emulated-mma]", "gemv_w8a16.cu",
-                 _defs({"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0, "FP8D_CFG_NT": 1, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2, "FP8D_CFG_STAGES": 0}),
+                 _defs({"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0, "FP8D_CFG_NT": 1, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2}),
                  (GFX12,), (), Expect(load_bits=128), ("fp8d_w8a16_gemv",)),
         HipBuild("shared_gemv_w8a8[group,emulated-mma]", "gemv_w8a8.cu",
-                 _defs({"FP8D_CFG_ACTQ": 2, "FP8D_CFG_NT": 1, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2, "FP8D_CFG_STAGES": 0}),
+                 _defs({"FP8D_CFG_ACTQ": 2, "FP8D_CFG_NT": 1, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2}),
                  (GFX12,), (), Expect(load_bits=128), ("fp8d_w8a8_gemv",)),
-        # the shared-memory weight ring through portability.cuh's synchronous copy (gfx12 has no cp.async)
-        HipBuild("shared_gemv_w8a16[mx,bf16,emulated-mma,staged]", "gemv_w8a16.cu",
-                 _defs({"FP8D_CFG_SCALE": 3, "FP8D_CFG_XKIND": 0, "FP8D_CFG_NT": 2, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 1,
-                        "FP8D_CFG_STAGES": 4}),
-                 (GFX12,), (), Expect(load_bits=128), ("fp8d_w8a16_gemv",)),
     ]
 
 

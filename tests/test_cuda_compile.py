@@ -6,6 +6,7 @@ tests/test_cuda_kernels.py (GPU) does that.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -239,14 +240,10 @@ def test_config_space():
             for n, k in ((4096, 4096), (28672, 4096), (4096, 14336), (8192, 2560), (256, 576)):
                 p = Problem(fmt, act, m, n, k)
                 cs = gemv_configs(p, t)
-                assert 1 < len(cs) <= 16 and len(set(cs)) == len(cs), (m, n, k, cs)
-                staged = [c for c in cs if c.stages]
-                assert (len(staged) > 0) == (m <= 16), (m, staged)  # no staged pair fits 32 tokens
-                steps = math.ceil(math.ceil(k / 128) / 4)
-                assert all(c.stages <= max(2, steps + 1) for c in staged if c.warps == 4)
+                assert 1 < len(cs) <= 12 and len(set(cs)) == len(cs), (m, n, k, cs)
+                assert not any(c.fuse_quant for c in cs), "fused quantization: per-tensor / per-token W8A8 only"
                 assert cs[0] == default_gemv_config(p, t)
-                assert all(not c.fits_target(m, t) for c in cs)
-                assert all(c.smem_bytes(m) <= 48 * 1024 for c in cs if not c.stages)
+                assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
                 steps = math.ceil(math.ceil(k / 128) / cs[0].warps)
                 assert cs[0].unroll <= max(1, steps), "default ring deeper than the warp's K steps"
     # the default rule: K split on small N, all of a warp's 4 steps in flight at K = 4096 on 8 warps
@@ -257,20 +254,22 @@ def test_config_space():
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
-    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3), dict(stages=1), dict(stages=9),
-                dict(unroll=2, stages=4)):
+    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3)):
         with pytest.raises(ValueError):
             GemvConfig(**bad)
     assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
     # shared memory: partials [warps][slots][32] + row scales + row biases + 32 token scales (Fp8dSmemLayout)
-    assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
-    # staged: the ring [warp][stage][mtiles * 4 chunks][32 lanes] of 16 bytes comes first
-    assert GemvConfig(8, 1, 1, 6).smem_bytes(1) == 8 * 6 * 4 * 32 * 16 + 4 * (8 * 1 * 1 * 4 * 32 + 2 * 16 + 32)
-    assert GemvConfig(8, 1, 1, 6).fits(16) and not GemvConfig(8, 1, 1, 6).fits(17)
-    assert GemvConfig(8, 1, 1, 6).fits_target(1, Target.simulated_for("sm_90")) == ""
-    assert "shared memory" in GemvConfig(8, 1, 1, 8).fits_target(1, Target.simulated_for("sm_89"))
-    assert GemvConfig.from_dict(GemvConfig(4, 2, 1, 4).to_dict()) == GemvConfig(4, 2, 1, 4)
-    assert GemvConfig.from_dict({"warps": 8, "mtiles": 1, "unroll": 2}) == GemvConfig(8, 1, 2), "old table rows"
+    assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (32 + 8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
+    # fused quantization: twins of the first 6 configs for per-tensor / per-token W8A8 with bf16/fp16 x, M <= 16
+    for fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
+        for m, dt in ((1, torch.bfloat16), (16, torch.float16), (17, torch.bfloat16), (4, torch.float32)):
+            cs = gemv_configs(Problem(fmt, Act.FP8, m, 4096, 4096, dt, dt), t)
+            fused = [c for c in cs if c.fuse_quant]
+            want = m <= 16 and dt != torch.float32
+            assert bool(fused) == want and all(c.fits(m) for c in cs), (fmt, m, dt, cs)
+            if want:
+                assert [dataclasses.replace(c, fuse_quant=False) for c in fused] == [c for c in cs[:6] if c.fits(m)]
+    assert not GemvConfig(8, 1, 1, fuse_quant=True).fits(17) and GemvConfig(8, 2, 1, fuse_quant=True).fits(16)
 
 
 def test_register_budget_table_is_what_the_kernels_compile_to():
@@ -279,17 +278,16 @@ def test_register_budget_table_is_what_the_kernels_compile_to():
     depth and arch was run when the table was written: see the table's comment)."""
     compiler = _nvrtc_or_skip()
     from kernels_cuda import isa
-    from kernels_cuda.configs import _DEEPEST_RING, _STAGED_FITS
+    from kernels_cuda.configs import _DEEPEST_RING, _FUSED_FITS
 
     if isa.cuobjdump() is None:
         pytest.skip("cuobjdump not found (ships in the triton wheel)")
     bad = []
-    rings = [(nt, mt, depth, 0) for (nt, mt), depth in sorted(_DEEPEST_RING.items())]
-    rings += [(nt, mt, 1, 8) for nt, mt in sorted(_STAGED_FITS)]  # staged: one step in registers
-    for nt, mt, depth, stages in rings:
+    for (nt, mt), depth in sorted(_DEEPEST_RING.items()):
+        fused = [("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": a, "FP8D_CFG_FUSEQ": 1}) for a in (0, 1)] if (nt, mt) in _FUSED_FITS else []
         for name, d in (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0}),
-                        ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2})):
-            d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth, "FP8D_CFG_STAGES": stages}
+                        ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2}), *fused):
+            d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth}
             for arch in ("sm_90", "sm_80"):
                 built = compiler.compile_module(name, arch, d)
                 spill = compiler.ptxas_resources(built.log).get("spill_bytes", 0)
@@ -618,5 +616,5 @@ def test_gemv_sources_share_one_driver():
 
     for name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
         src = (compiler.CSRC / name).read_text()
-        assert "fp8d_skinny_gemv<FP8D_CFG_STAGES>(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
+        assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
         assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src

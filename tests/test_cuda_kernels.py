@@ -9,11 +9,14 @@ Weights get row/column-varied magnitudes so block, row and MX scales differ (uni
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import dispatch
 from dispatch import reference
+from dispatch.errors import UnsupportedError
 from dispatch.formats import Act, ActGranularity, Format, QWeight
 
 pytestmark = pytest.mark.gpu
@@ -97,16 +100,19 @@ def test_w8a16_gemv_fp16_activations_and_bias(launch, fmt):
         _check_close(launch.w8a16_gemv(x, qw, bias, torch.float32, arch="compute_80"), x, qw, bias)
 
 
-def _every_config(m: int):
-    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and register ring
-    depths, and shared-memory rings of 2, 3, 5 and 8 stages (deeper than a warp's share of K steps included)."""
-    from dispatch.target import detect
+def _every_config(m: int, fused: bool = False):
+    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and ring depths, and
+    with `fused` their fused-quantization twins too."""
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
-    regs = [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)]
-    staged = [GemvConfig(w, mt, 1, st) for w in (2, 4, 8) for mt in (1, 2) for st in (2, 3, 5, 8)]
-    t = detect()
-    return [c for c in regs + staged if not c.fits_target(m, t)]
+    cs = [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)]
+    if fused:
+        cs += [GemvConfig(c.warps, c.mtiles, c.unroll, fuse_quant=True) for c in cs]
+    return [c for c in cs if c.fits(m)]
+
+
+def _fusable(qw: QWeight) -> bool:
+    return qw.act is Act.FP8 and qw.format in (Format.FP8_TENSOR, Format.FP8_ROW)
 
 
 @pytest.mark.parametrize("fmt,act", FAMILIES)
@@ -119,8 +125,49 @@ def test_gemv_every_config_bias_bf16_output(launch, fmt, act):
     run = _gemv(launch, qw)
     for m in (5, 13, 27):
         x = _x(m, k, torch.bfloat16, m)
-        for cfg in _every_config(m):
+        for cfg in _every_config(m, fused=_fusable(qw)):
             _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt", [Format.FP8_TENSOR, Format.FP8_ROW])
+def test_w8a8_fused_quant_is_bit_identical_to_two_launches(launch, fmt, path):
+    """config.fuse_quant (the GEMV quantizes x itself) gives the same bits as act_quant + GEMV with the same
+    config, for bf16 and fp16 x, every M it serves, partial row tiles, every ring depth, and x holding the cases
+    the scale rules single out: all zeros (the amax floor), values that saturate, a NaN (per tensor: every
+    output NaN; per token: that token's row) and an infinity."""
+    from kernels_cuda.configs import FUSE_QUANT_MAX_M, GemvConfig
+
+    n, k = 1000, 2576
+    qw = dispatch.quantize(_weight(n, k, 21), fmt, act="fp8")
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ms = range(1, FUSE_QUANT_MAX_M + 1) if path == "native" else (1, 9, 16)
+    for dtype in (torch.bfloat16, torch.float16):
+        for m in ms:
+            x = _x(m, k, dtype, 31 * m)
+            if m >= 3:
+                x[1].zero_()                  # the amax floor
+                x[2, 7] = 30000.0             # saturates the codes of its token (and of the tensor)
+            cases = [x]
+            if m >= 2:
+                bad = x.clone()
+                bad[m - 1, 100] = float("nan")
+                bad[0, 5] = float("inf")
+                cases.append(bad)
+            for xx in cases:
+                for cfg in _every_config(m, fused=True):
+                    if not cfg.fuse_quant:
+                        continue
+                    two = dataclasses.replace(cfg, fuse_quant=False)
+                    want = launch.w8a8_gemv(xx, qw, bias, torch.float32, two, **PATHS[path])
+                    got = launch.w8a8_gemv(xx, qw, bias, torch.float32, cfg, **PATHS[path])
+                    assert torch.equal(got.nan_to_num(123.0), want.nan_to_num(123.0)), (dtype, m, cfg)
+                    assert got.isnan().equal(want.isnan()), (dtype, m, cfg)
+    with pytest.raises(UnsupportedError, match="bf16 or fp16"):
+        launch.w8a8_gemv(_x(4, k, torch.float32, 1), qw, None, None, GemvConfig(fuse_quant=True))
+    blk = dispatch.quantize(_weight(256, 512, 3), Format.FP8_BLOCK, act="fp8")
+    with pytest.raises(UnsupportedError, match="per-tensor and per-token"):
+        launch.w8a8_gemv(_x(2, 512, torch.bfloat16, 1), blk, None, None, GemvConfig(fuse_quant=True))
 
 
 @pytest.mark.parametrize("fmt,act", FAMILIES)
@@ -197,30 +244,6 @@ def test_mx_every_scale_code_decodes_exactly(launch, path):
         want = want_all[:, cols]
         keep = (want.abs() >= 2.0**-126) | (want == 0)
         assert torch.equal(got[keep], want[keep]), f"columns {start}..{start + 31} differ"
-
-
-@pytest.mark.parametrize("path", list(PATHS))
-def test_staged_ring_decodes_every_code_exactly(launch, path):
-    """The shared-memory weight ring (GemvConfig.stages): one-hot x at M = 16 and M = 8 (row tiles 1 and 2), every
-    finite e4m3 code in every K position class, mxfp8 scales included: y equals dequantize's value (rounded once
-    to bf16 for MX, as the register ring). Proves the staged copy/read-back mapping chunk by chunk."""
-    from kernels_cuda.configs import GemvConfig
-
-    n, k = 256, 512
-    codes = torch.arange(n * k, device="cuda", dtype=torch.int64).remainder(255)
-    codes = torch.where(codes == 0x7F, torch.zeros_like(codes), codes)
-    q = codes.to(torch.uint8).reshape(n, k).view(torch.float8_e4m3fn).contiguous()
-    sc = torch.arange(n * k // 32, device="cuda", dtype=torch.int64).mul(5).remainder(135).reshape(n, k // 32)
-    for qw in (QWeight(Format.FP8_TENSOR, Act.BF16, q, torch.tensor(1.0, device="cuda")),
-               QWeight(Format.MXFP8, Act.BF16, q, sc.to(torch.uint8).view(torch.float8_e8m0fnu).contiguous())):
-        want_all = dispatch.dequantize(qw).to(torch.bfloat16).float()
-        for m, cfg in ((16, GemvConfig(8, 1, 1, 3)), (8, GemvConfig(4, 2, 1, 4))):
-            for start in range(0, k, m):
-                cols = list(range(start, start + m))
-                got = launch.w8a16_gemv(_one_hot_x(m, k, cols), qw, None, torch.float32, cfg, **PATHS[path]).T
-                want = want_all[:, cols]
-                keep = (want.abs() >= 2.0**-126) | (want == 0)
-                assert torch.equal(got[keep], want[keep]), f"{qw.format} {cfg} columns {start}.. differ"
 
 
 def test_mx_nan_scale_code_gives_nan(launch):
@@ -440,17 +463,22 @@ def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
         w = _weight(n, k, seed)
         return w / w.norm(dim=1, keepdim=True)
 
-    plan = [((4096, 4096), Format.FP8_ROW, "bf16"), ((2048, 4096), Format.MXFP8, "bf16"),
-            ((4096, 2048), Format.FP8_BLOCK, "fp8"), ((4096, 4096), Format.FP8_TENSOR, "fp8"),
-            ((4096, 4096), Format.FP8_ROW, "fp8"), ((4096, 4096), Format.FP8_BLOCK, "bf16")]
-    layers = [dispatch.quantize(unit_rows(n, k, 10 + i), fmt, act=act) for i, ((n, k), fmt, act) in enumerate(plan)]
+    from kernels_cuda.configs import GemvConfig
+
+    fused = GemvConfig(8, 1, 2, fuse_quant=True)  # the GEMV quantizes x itself, right after its wait
+    plan = [((4096, 4096), Format.FP8_ROW, "bf16", None), ((2048, 4096), Format.MXFP8, "bf16", None),
+            ((4096, 2048), Format.FP8_BLOCK, "fp8", None), ((4096, 4096), Format.FP8_TENSOR, "fp8", None),
+            ((4096, 4096), Format.FP8_ROW, "fp8", None), ((4096, 4096), Format.FP8_TENSOR, "fp8", fused),
+            ((4096, 4096), Format.FP8_ROW, "fp8", fused), ((4096, 4096), Format.FP8_BLOCK, "bf16", None)]
+    layers = [(dispatch.quantize(unit_rows(n, k, 10 + i), fmt, act=act), cfg)
+              for i, ((n, k), fmt, act, cfg) in enumerate(plan)]
 
     def chain(x):
         outs = []
         for _ in range(3):
             x = x * 1.0001  # a torch kernel writes the next input right before the first GEMV reads it
-            for qw in layers:
-                x = _gemv(launch, qw)(x, qw)
+            for qw, cfg in layers:
+                x = _gemv(launch, qw)(x, qw, None, None, cfg)
                 outs.append(x)
         return outs
 

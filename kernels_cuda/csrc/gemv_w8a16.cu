@@ -38,6 +38,7 @@ struct W8A16Gemv {
   static constexpr bool kUniformScale = SCALE == FP8D_SCALE_TENSOR;
   static constexpr bool kRowScale = SCALE == FP8D_SCALE_ROW;
   static constexpr bool kTokScale = false;
+  static constexpr bool kPrologue = false;
 
   using Half = typename W8A16Operands<NT_, MT_>::Half;
   static constexpr int kHalfRegs = 8 * NT + (SCALE == FP8D_SCALE_MX ? 2 * MT : 0);
@@ -174,15 +175,14 @@ struct W8A16Gemv {
   __device__ __forceinline__ float tok_scale(int) const { return 1.0f; }
 };
 
-#if !defined(FP8D_CFG_SCALE) || !defined(FP8D_CFG_STAGES)
-#error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U/STAGES select the instantiation)"
+#ifndef FP8D_CFG_SCALE
+#error "compile through kernels_cuda._launch (FP8D_CFG_SCALE/XKIND/NT/MT/U select the instantiation)"
 #endif
 
-// FP8D_CFG_U: K steps of weight loads each warp keeps in flight in registers (GemvConfig.unroll);
-// FP8D_CFG_STAGES: 0, or the depth of the weight ring in shared memory (GemvConfig.stages; U is then 1).
+// FP8D_CFG_U: K steps of weight loads each warp keeps in flight (GemvConfig.unroll).
 extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a16_gemv(
     const uint8_t* __restrict__ w, const void* __restrict__ wscale, const uint16_t* __restrict__ x,
     const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int bias_kind, int out_kind) {
   const W8A16Gemv<FP8D_CFG_SCALE, FP8D_CFG_XKIND, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U> p{wscale, x, M, N, K};
-  fp8d_skinny_gemv<FP8D_CFG_STAGES>(p, w, bias, y, M, N, K, bias_kind, out_kind);
+  fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }

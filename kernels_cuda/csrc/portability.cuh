@@ -17,13 +17,6 @@
 //   unsigned short fp8d_f32_to_f16_bits(float)   RNE     float fp8d_f16_bits_to_f32(unsigned short)
 //   uint4    fp8d_load128(const void* p)        16-byte read-only global load, streamed (read once)
 //   uint4    fp8d_load128_keep(const void* p)   16-byte read-only global load, cached (re-read data: x)
-//   void     fp8d_cp_async16(uint4* dst, const void* src, bool valid)
-//                                               16-byte global -> shared copy that holds no register while in
-//                                               flight (CUDA: cp.async, sm_80+; elsewhere a load and a store);
-//                                               !valid writes 16 zero bytes and reads nothing
-//   void     fp8d_cp_async_commit(); fp8d_cp_async_wait<N>()
-//                                               close this thread's group of copies / wait until at most N of
-//                                               its groups are pending (its copies are then visible to it)
 //   Matrix fragments (mma.sync layouts of PTX, "m16n8k16 row.col" / "m16n8k32 row.col"; lane = 4*g + t):
 //     A (16 x K, row-major): a[0] row g, a[1] row g+8, a[2] row g (upper K half), a[3] row g+8 (upper K half)
 //     B (K x 8):  b[0] column g lower K half, b[1] column g upper K half
@@ -56,15 +49,6 @@
 #ifndef FP8D_HAVE_LOAD128
 __device__ __forceinline__ uint4 fp8d_load128(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 fp8d_load128_keep(const void* p) { return *reinterpret_cast<const uint4*>(p); }
-#endif
-#ifndef FP8D_HAVE_CP_ASYNC
-// No asynchronous copy: the copy completes before the call returns, so commit and wait have nothing to do.
-__device__ __forceinline__ void fp8d_cp_async16(uint4* dst, const void* src, bool valid) {
-  *dst = valid ? fp8d_load128(src) : make_uint4(0u, 0u, 0u, 0u);
-}
-__device__ __forceinline__ void fp8d_cp_async_commit() {}
-template <int N>
-__device__ __forceinline__ void fp8d_cp_async_wait() {}
 #endif
 
 #else
@@ -120,17 +104,6 @@ __device__ __forceinline__ uint4 fp8d_load128(const void* p) {
 }
 // Activations are re-read by every CTA: keep them in L1.
 __device__ __forceinline__ uint4 fp8d_load128_keep(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-// Weights staged in shared memory (skinny_common.cuh, STAGES >= 2): L2 only (.cg), like the streamed loads
-// above. src-size 0 reads nothing and zero-fills, so a row or K chunk past the end needs no branch.
-__device__ __forceinline__ void fp8d_cp_async16(uint4* dst, const void* src, bool valid) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void fp8d_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void fp8d_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ float fp8d_bf16_bits_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ __forceinline__ unsigned short fp8d_f32_to_bf16_bits(float f) {

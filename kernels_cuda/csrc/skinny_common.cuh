@@ -19,14 +19,6 @@
 // no registers to spare. Register budget: 128 per thread (__launch_bounds__(256, 2)); configs.py
 // GemvConfig.fits() lists the (tiles, DEPTH) pairs that compile without spills.
 //
-// Staging (STAGES >= 2, GemvConfig.stages): the ring lives in shared memory instead. Each lane copies its
-// own 16-byte chunks with cp.async (fp8d_cp_async16), STAGES - 1 K steps ahead, and reads them back just
-// before the step's MMAs; a copy in flight holds no register, so the ring can be deeper than the register
-// budget allows (at M = 16 the register ring fits 1-3 steps) and the registers it frees let the next step's
-// x operands load a step ahead. A lane reads back only what it copied itself, so no barrier is needed:
-// cp.async.wait_group makes a thread's own copies visible to it. Shared memory per CTA: warps x STAGES x
-// 2 KiB per row tile (kernels_cuda/configs.py GemvConfig.smem_bytes).
-//
 // The K-split partial sums are reduced through shared memory in warp order: deterministic.
 //
 // Programmatic dependent launch (sm_90, kernels_cuda._launch.pdl_allowed): before fp8d_wait_prior_grid()
@@ -81,35 +73,23 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
   }
 }
 
-// Staged weights: a lane's chunk j = (mt * 2 + h) * 2 + q of a K step sits at [warp][slot][j][lane] (16 bytes
-// each: a warp's 32 lanes touch 512 contiguous bytes per chunk, the minimum number of shared-memory
-// wavefronts). `slot0` is this lane's chunk 0 of slot 0; a slot spans MT * 4 * 32 uint4.
-template <int MT>
-__device__ __forceinline__ void fp8d_stage_weight_step(uint4* slot, const uint8_t* __restrict__ w, int n0,
-                                                       Fp8dLane L, int N, int K, int s) {
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = n0 + mt * 16 + h * 8 + L.g;
-        const bool ok = row < N && kk < K;
-        fp8d_cp_async16(slot + ((mt * 2 + h) * 2 + q) * 32, ok ? w + (long long)row * K + kk : w, ok);
-      }
-  }
-}
+// Compile-time type choice (NVRTC runs without the standard headers).
+template <bool C, class A, class B>
+struct Fp8dPick {
+  using type = A;
+};
+template <class A, class B>
+struct Fp8dPick<false, A, B> {
+  using type = B;
+};
 
-template <int MT>
-__device__ __forceinline__ void fp8d_read_weight_step(Fp8dWeightStep<MT>& d, const uint4* slot) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < 2; ++q) d.v[mt][h][q] = slot[((mt * 2 + h) * 2 + q) * 32];
+// Dynamic shared memory: the first 32 floats hold the x scales of a policy that quantizes x itself (W8A8 FUSEQ),
+// the driver's Fp8dSmemLayout follows.
+__device__ __forceinline__ float* fp8d_xscale_smem() {
+  extern __shared__ float fp8d_smem[];
+  return fp8d_smem;
 }
+#define FP8D_XSCALE_FLOATS 32
 
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
@@ -119,18 +99,13 @@ __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& r
   tok = nt * 8 + 2 * t + (c & 1);
 }
 
-// Shared memory of one CTA: the staged weight ring (STAGES >= 2 only), then the partials [warp][slot][lane]
+// Shared memory of one CTA after the 32 x-scale floats (fp8d_xscale_smem): the partials [warp][slot][lane]
 // (conflict-free stores), then the tile's row scales and bias, then the token scales.
 // kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
-template <int MT, int NT, int STAGES>
+template <int MT, int NT>
 struct Fp8dSmemLayout {
   static constexpr int kSlots = MT * NT * 4;
   static constexpr int kRows = 16 * MT;
-  static constexpr int kStageChunks = MT * 4 * 32;  // uint4 per warp per staged K step
-  __device__ static uint4* ring(uint4* base, int warp, int slot) { return base + (warp * STAGES + slot) * kStageChunks; }
-  __device__ static float* partials(uint4* base, int nwarps) {
-    return reinterpret_cast<float*>(base + nwarps * STAGES * kStageChunks);
-  }
   __device__ static float* row_scale(float* base, int nwarps) { return base + nwarps * kSlots * 32; }
   __device__ static float* row_bias(float* base, int nwarps) { return row_scale(base, nwarps) + kRows; }
   __device__ static float* tok_scale(float* base, int nwarps) { return row_bias(base, nwarps) + kRows; }
@@ -148,6 +123,11 @@ struct Fp8dSmemLayout {
 //   kUniformScale / uniform_scale()  one output scale for the whole call
 //   kRowScale / row_scale(row)       a per-output-row scale
 //   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
+//   kPrologue / prologue_gather(scratch), prologue_finish(scratch, scales)
+//                                    work every thread does once after the wait for the previous grid, before
+//                                    the loop, with a barrier after each part (W8A8 fused quantization: per-warp
+//                                    amaxes into `scratch`, the partials' shared memory, then the x scales into
+//                                    `scales`, the fp8d_xscale_smem floats)
 //   kHasRare / cta_needs_rare(n0) / rare()
 //                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
 //                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
@@ -204,43 +184,7 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
   }
 }
 
-// The main loop with the weight ring in shared memory: step i of this warp (K step s = warp + i * nwarps) sits in
-// slot i % S. Each iteration copies step i + S - 1, closes one group (empty past the last step, so the count
-// stays uniform), waits for step i's group and reads it into registers. The slot written at iteration i was
-// read into registers at iteration i - 1, before that iteration's MMAs, so the copy cannot overwrite it early.
-template <class P, bool kPrefetch, int NB, int S>
-__device__ __forceinline__ void fp8d_skinny_loop_staged(const P& p, float (&acc)[P::MT][P::NT][4], uint4* ring0,
-                                                        typename P::Half (&half)[NB][2],
-                                                        typename P::Scales (&scales)[NB],
-                                                        const uint8_t* __restrict__ w, int n0, Fp8dLane L, int N,
-                                                        int K, int warp, int nwarps, int nsteps) {
-  constexpr int MT = P::MT, kSlot = MT * 4 * 32;
-  int i = 0;
-  for (int s0 = warp; s0 < nsteps; s0 += NB * nwarps) {
-#pragma unroll
-    for (int r = 0; r < NB; ++r, ++i) {
-      const int s = s0 + r * nwarps;
-      if (s >= nsteps) break;  // warp-uniform
-      const int ahead = s + (S - 1) * nwarps;
-      if (ahead < nsteps) fp8d_stage_weight_step<MT>(ring0 + ((i + S - 1) % S) * kSlot, w, n0, L, N, K, ahead);
-      fp8d_cp_async_commit();
-      if constexpr (kPrefetch) {
-        if (s + nwarps < nsteps) {
-          const int b = (r + 1) % NB;
-          p.load_half(half[b][0], n0, L, s + nwarps, 0);
-          p.load_half(half[b][1], n0, L, s + nwarps, 1);
-          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
-        }
-      }
-      fp8d_cp_async_wait<S - 1>();
-      Fp8dWeightStep<MT> wt;
-      fp8d_read_weight_step<MT>(wt, ring0 + (i % S) * kSlot);
-      fp8d_skinny_step<P, kPrefetch>(p, acc, wt, half[r], scales[r], n0, L, s);
-    }
-  }
-}
-
-template <int STAGES, class P>
+template <class P>
 __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __restrict__ w,
                                                  const void* __restrict__ bias, void* __restrict__ y, int M,
                                                  int N, int K, int bias_kind, int out_kind) {
@@ -248,41 +192,27 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   constexpr int NSLOT = MT * NT * 4, ROWS = 16 * MT;
   // Prefetch the next step's operands only where the ring, two steps of them, the accumulators and ~4 MMA
   // operand temporaries per tile leave ~24 registers for addresses (ptxas -v on sm_80/89/90: above that
-  // the loop spills). Staged, the ring holds one step in registers (the rest is in shared memory).
-  constexpr bool kStaged = STAGES >= 2;
-  constexpr int kRingRegs = (kStaged ? 1 : D) * 16 * MT;
+  // the loop spills).
   constexpr int kStepRegs = 2 * P::kHalfRegs + P::kScaleRegs;
-  constexpr bool kPrefetch = kRingRegs + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
+  constexpr bool kPrefetch = D * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
   constexpr int NB = kPrefetch ? 2 : 1;               // operand buffers
   constexpr int R = (D % NB == 0) ? D : NB * D;        // unroll: ring slot (j % D) and buffer (j % NB) static
-  using Smem = Fp8dSmemLayout<MT, NT, (kStaged ? STAGES : 0)>;
+  using Smem = Fp8dSmemLayout<MT, NT>;
   static_assert(!P::kTokScale || P::kRowScale, "token scales are applied together with row scales");
   static_assert(D >= 1 && D <= 4, "1..4 weight steps in flight");
-  static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8 && D == 1), "staged: 2..8 steps, register ring of 1");
-  extern __shared__ uint4 fp8d_smem[];
-  float* fp8d_red = Smem::partials(fp8d_smem, blockDim.x >> 5);
+  float* const fp8d_red = fp8d_xscale_smem() + FP8D_XSCALE_FLOATS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const Fp8dLane L = fp8d_lane();
   const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
   const int n0 = blockIdx.x * ROWS;  // the launcher's grid: one CTA per row tile
   if (n0 >= N) return;               // the whole CTA: no barrier is pending
-  Fp8dWeightStep<MT> ring[kStaged ? 1 : D];
+  Fp8dWeightStep<MT> ring[D];
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
   // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
-  uint4* ring0 = Smem::ring(fp8d_smem, warp, 0) + lane;
-  if constexpr (kStaged) {
 #pragma unroll
-    for (int d = 0; d < STAGES - 1; ++d) {
-      if (warp + d * nwarps < nsteps)
-        fp8d_stage_weight_step<MT>(ring0 + d * Smem::kStageChunks, w, n0, L, N, K, warp + d * nwarps);
-      fp8d_cp_async_commit();
-    }
-  } else {
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-      if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
-  }
+  for (int d = 0; d < D; ++d)
+    if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
   fp8d_allow_dependent_grid();
   // Which policy runs the loop: read before the wait (only weight data), so its latency hides behind the
   // previous grid's tail and this CTA's first weight loads. CTA-uniform (a barrier inside).
@@ -293,6 +223,12 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
     p.load_half(half[0][0], n0, L, warp, 0);
     p.load_half(half[0][1], n0, L, warp, 1);
     if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
+  }
+  if constexpr (P::kPrologue) {
+    p.prologue_gather(fp8d_red);
+    __syncthreads();
+    p.prologue_finish(fp8d_red, fp8d_xscale_smem());
+    __syncthreads();
   }
   // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
   // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
@@ -310,20 +246,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
 
   float acc[MT][NT][4];
   fp8d_zero<NSLOT>(&acc[0][0][0]);
-  if constexpr (kStaged) {
-    if constexpr (P::kHasRare) {
-      if (rare) {
-        fp8d_skinny_loop_staged<typename P::Rare, kPrefetch, NB, STAGES>(p.rare(), acc, ring0, half, scales, w, n0,
-                                                                         L, N, K, warp, nwarps, nsteps);
-      } else {
-        fp8d_skinny_loop_staged<P, kPrefetch, NB, STAGES>(p, acc, ring0, half, scales, w, n0, L, N, K, warp, nwarps,
-                                                          nsteps);
-      }
-    } else {
-      fp8d_skinny_loop_staged<P, kPrefetch, NB, STAGES>(p, acc, ring0, half, scales, w, n0, L, N, K, warp, nwarps,
-                                                        nsteps);
-    }
-  } else if constexpr (P::kHasRare) {
+  if constexpr (P::kHasRare) {
     if (rare) {
       fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K, warp,
                                                            nwarps, nsteps);
