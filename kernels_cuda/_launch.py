@@ -24,7 +24,7 @@ from dispatch.formats import ActGranularity, Format, QWeight
 from . import _driver, compiler
 from ._driver import ptr
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
+from .configs import FUSE_QUANT_MAX_CODES, MAX_M, DequantConfig, GemvConfig, token_tiles
 
 # Per-tensor activation quantization runs in ONE launch up to this many elements: a few CTAs that each read
 # all of x (16-byte loads from L2) to compute the same amax, then quantize a share each. Above it the
@@ -101,7 +101,8 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
+def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, k: int, cfg: GemvConfig, device: int,
+               arch: str | None,
                emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
     """(kernel, grid, block, smem, pdl) of one GEMV launch, cached: a decode step must not rebuild the defines, the
     module key and the geometry in Python on every call (the host cost is the decode latency when the
@@ -116,7 +117,7 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
               **_extra_defines(emulate_mma, force_sw_cvt)})
     arch = arch or device_arch(device)
     kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
-    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
+    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m, k),
             pdl_allowed(arch))
 
 
@@ -175,7 +176,7 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
-    kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
+    kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, k, cfg,
                                            x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
     # mxfp8: each CTA first scans its rows' scale codes with 16-byte loads (gemv_w8a16.cu cta_needs_rare)
     scale = _aligned16(qw.scale) if qw.format is Format.MXFP8 else qw.scale
@@ -270,6 +271,9 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
         if x2d.dtype not in (torch.bfloat16, torch.float16):
             raise UnsupportedError(f"{cfg}: fused quantization reads bf16 or fp16 x, got {x2d.dtype}; "
                                    "use fuse_quant=False")
+        if m * k > FUSE_QUANT_MAX_CODES:
+            raise UnsupportedError(f"{cfg}: fused quantization keeps x's M x K = {m * k} codes in shared memory, "
+                                   f"at most {FUSE_QUANT_MAX_CODES}; use fuse_quant=False")
     if not cfg.fits(m):
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
@@ -277,7 +281,7 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
         xq, xs, xkind = _aligned16(x2d), None, DTYPE_CODE[x2d.dtype]
     else:
         (xq, xs), xkind = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt), 0
-    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], xkind, m, n, cfg, x2d.device.index or 0, arch,
+    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], xkind, m, n, k, cfg, x2d.device.index or 0, arch,
                                            emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])

@@ -83,13 +83,12 @@ struct Fp8dPick<false, A, B> {
   using type = B;
 };
 
-// Dynamic shared memory: the first 32 floats hold the x scales of a policy that quantizes x itself (W8A8 FUSEQ),
-// the driver's Fp8dSmemLayout follows.
-__device__ __forceinline__ float* fp8d_xscale_smem() {
+// The start of the dynamic shared memory: a policy's own data (W8A8 fused quantization: x scales and codes), the
+// driver's Fp8dSmemLayout after it (fp8d_skinny_gemv's `policy_floats`).
+__device__ __forceinline__ float* fp8d_prologue_smem() {
   extern __shared__ float fp8d_smem[];
   return fp8d_smem;
 }
-#define FP8D_XSCALE_FLOATS 32
 
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
@@ -99,7 +98,7 @@ __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& r
   tok = nt * 8 + 2 * t + (c & 1);
 }
 
-// Shared memory of one CTA after the 32 x-scale floats (fp8d_xscale_smem): the partials [warp][slot][lane]
+// Shared memory of one CTA after the policy's own (fp8d_prologue_smem): the partials [warp][slot][lane]
 // (conflict-free stores), then the tile's row scales and bias, then the token scales.
 // kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
 template <int MT, int NT>
@@ -123,11 +122,11 @@ struct Fp8dSmemLayout {
 //   kUniformScale / uniform_scale()  one output scale for the whole call
 //   kRowScale / row_scale(row)       a per-output-row scale
 //   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
-//   kPrologue / prologue_gather(scratch), prologue_finish(scratch, scales)
-//                                    work every thread does once after the wait for the previous grid, before
-//                                    the loop, with a barrier after each part (W8A8 fused quantization: per-warp
-//                                    amaxes into `scratch`, the partials' shared memory, then the x scales into
-//                                    `scales`, the fp8d_xscale_smem floats)
+//   kPrologueSteps / prologue(step, scratch)
+//                                    work every thread does after the wait for the previous grid, before the
+//                                    loop, with a CTA barrier after each step (W8A8 fused quantization: amax,
+//                                    scales, codes into the policy's shared memory; `scratch` is the partials'
+//                                    shared memory, free until the loop ends)
 //   kHasRare / cta_needs_rare(n0) / rare()
 //                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
 //                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
@@ -187,7 +186,7 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
 template <class P>
 __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __restrict__ w,
                                                  const void* __restrict__ bias, void* __restrict__ y, int M,
-                                                 int N, int K, int bias_kind, int out_kind) {
+                                                 int N, int K, int bias_kind, int out_kind, int policy_floats = 0) {
   constexpr int MT = P::MT, NT = P::NT, D = P::DEPTH;
   constexpr int NSLOT = MT * NT * 4, ROWS = 16 * MT;
   // Prefetch the next step's operands only where the ring, two steps of them, the accumulators and ~4 MMA
@@ -200,7 +199,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   using Smem = Fp8dSmemLayout<MT, NT>;
   static_assert(!P::kTokScale || P::kRowScale, "token scales are applied together with row scales");
   static_assert(D >= 1 && D <= 4, "1..4 weight steps in flight");
-  float* const fp8d_red = fp8d_xscale_smem() + FP8D_XSCALE_FLOATS;
+  float* const fp8d_red = fp8d_prologue_smem() + policy_floats;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const Fp8dLane L = fp8d_lane();
   const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
@@ -224,11 +223,12 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
     p.load_half(half[0][1], n0, L, warp, 1);
     if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
   }
-  if constexpr (P::kPrologue) {
-    p.prologue_gather(fp8d_red);
-    __syncthreads();
-    p.prologue_finish(fp8d_red, fp8d_xscale_smem());
-    __syncthreads();
+  if constexpr (P::kPrologueSteps > 0) {
+#pragma unroll
+    for (int i = 0; i < P::kPrologueSteps; ++i) {
+      p.prologue(i, fp8d_red);
+      __syncthreads();
+    }
   }
   // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
   // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
