@@ -218,17 +218,18 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   bool rare = false;
   if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
   fp8d_wait_prior_grid();
-  if (kPrefetch && warp < nsteps) {
-    p.load_half(half[0][0], n0, L, warp, 0);
-    p.load_half(half[0][1], n0, L, warp, 1);
-    if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
-  }
+  // Before the first operand load: a prologue may produce the operands (W8A8 fused quantization: the x codes).
   if constexpr (P::kPrologueSteps > 0) {
 #pragma unroll
     for (int i = 0; i < P::kPrologueSteps; ++i) {
       p.prologue(i, fp8d_red);
       __syncthreads();
     }
+  }
+  if (kPrefetch && warp < nsteps) {
+    p.load_half(half[0][0], n0, L, warp, 0);
+    p.load_half(half[0][1], n0, L, warp, 1);
+    if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
   }
   // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
   // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
