@@ -24,7 +24,7 @@ from dispatch.formats import ActGranularity, Format, QWeight
 from . import _driver, compiler
 from ._driver import ptr
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-from .configs import FUSE_QUANT_MAX_CODES, MAX_M, DequantConfig, GemvConfig, token_tiles
+from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
 
 # Per-tensor activation quantization runs in ONE launch up to this many elements: a few CTAs that each read
 # all of x (16-byte loads from L2) to compute the same amax, then quantize a share each. Above it the
@@ -101,23 +101,20 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, k: int, cfg: GemvConfig, device: int,
-               arch: str | None,
+def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
                emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
     """(kernel, grid, block, smem, pdl) of one GEMV launch, cached: a decode step must not rebuild the defines, the
     module key and the geometry in Python on every call (the host cost is the decode latency when the
     caller does not use CUDA graphs)."""
     if w8a8:
-        # fused quantization: FUSEQ is x's dtype code + 1 (the kernel reads x itself)
-        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code,
-                                                            "FP8D_CFG_FUSEQ": xkind + 1 if cfg.fuse_quant else 0}
+        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
     else:
         name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
               **_extra_defines(emulate_mma, force_sw_cvt)})
     arch = arch or device_arch(device)
     kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
-    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m, k),
+    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
             pdl_allowed(arch))
 
 
@@ -176,7 +173,7 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
-    kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, k, cfg,
+    kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
                                            x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
     # mxfp8: each CTA first scans its rows' scale codes with 16-byte loads (gemv_w8a16.cu cta_needs_rare)
     scale = _aligned16(qw.scale) if qw.format is Format.MXFP8 else qw.scale
@@ -257,31 +254,17 @@ def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: st
 def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
               config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
               force_sw_cvt: bool = False) -> torch.Tensor:
-    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV; with
-    config.fuse_quant (per-tensor / per-token, bf16 / fp16 x) the GEMV quantizes x itself in the same launch."""
+    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV."""
     m, n, k = _check_gemv(x2d, qw)
     g = qw.act_granularity
     if g is None:
         raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
     cfg = config or GemvConfig()
-    if cfg.fuse_quant:
-        if g is ActGranularity.PER_TOKEN_GROUP_128:
-            raise UnsupportedError(f"{cfg}: fused quantization serves per-tensor and per-token activation scales; "
-                                   "fp8_block's 1x128 groups use fuse_quant=False")
-        if x2d.dtype not in (torch.bfloat16, torch.float16):
-            raise UnsupportedError(f"{cfg}: fused quantization reads bf16 or fp16 x, got {x2d.dtype}; "
-                                   "use fuse_quant=False")
-        if m * k > FUSE_QUANT_MAX_CODES:
-            raise UnsupportedError(f"{cfg}: fused quantization keeps x's M x K = {m * k} codes in shared memory, "
-                                   f"at most {FUSE_QUANT_MAX_CODES}; use fuse_quant=False")
     if not cfg.fits(m):
         raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
-    if cfg.fuse_quant:
-        xq, xs, xkind = _aligned16(x2d), None, DTYPE_CODE[x2d.dtype]
-    else:
-        (xq, xs), xkind = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt), 0
-    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], xkind, m, n, k, cfg, x2d.device.index or 0, arch,
+    xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
+    kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
                                            emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])

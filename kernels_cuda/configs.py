@@ -3,8 +3,7 @@
 GEMV geometry (see csrc/skinny_common.cuh): a CTA owns 16 * mtiles rows of W and splits K over `warps`
 warps; each warp keeps `unroll` 128-wide K steps of weight loads in flight (a register ring, refilled as it
 is consumed). The token tile (8, 16 or 32 tokens: one, two or four m16n8 MMA columns) follows from M and is
-not a tuning knob. W8A8 with per-tensor or per-token activation scales may quantize x inside the GEMV
-(`fuse_quant`: csrc/gemv_w8a8.cu FUSEQ) instead of in a separate act_quant launch.
+not a tuning knob.
 """
 
 from __future__ import annotations
@@ -12,34 +11,19 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import torch
-
-from dispatch.formats import Act, Format
+from dispatch.formats import Act
 from dispatch.problem import KernelConfig, Problem
 from dispatch.target import Target
 
 MAX_M = 32  # the GEMV kernels keep every token in registers: 4 MMA column tiles of 8
 K_STEP = 128  # K per step of a warp (csrc/fp8_common.cuh FP8D_KSTEP)
 MAX_UNROLL = 4
-# Fused quantization: every CTA reads all of x [M, K] and keeps its codes in shared memory. Offered up to this M
-# and this many codes (32 KiB: with the driver's partials a CTA stays under the 48 KiB that needs no opt-in, and
-# two CTAs fit an SM on every target).
-FUSE_QUANT_MAX_M = 16
-FUSE_QUANT_MAX_CODES = 32 * 1024
-
-
-def fused_quant_smem_bytes(m: int, k: int) -> int:
-    """Shared memory of the fused prologue (csrc/gemv_w8a8.cu): 32 fp32 scales, then M x K codes padded to 16."""
-    return 4 * 32 + -(-m * k // 16) * 16
 
 # (token tiles, row tiles) -> the deepest weight ring (GemvConfig.unroll) that compiles without spills for
 # every scale layout of both kernel families under __launch_bounds__(256, 2), i.e. 128 registers a thread
 # (ptxas -v via NVRTC 13.0 on sm_80, sm_89 and sm_90; tests/test_cuda_compile.py compiles each bound). Missing
 # pairs do not fit at any depth.
 _DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 3, (2, 2): 1, (4, 1): 1}
-# The same for the fused-quantization W8A8 GEMV (per tensor and per token, bf16 and f16 x): its prologue's
-# per-token amaxes are live next to the ring, so (2, 1) fits one step less (depth 3 spills 36 bytes on sm_90).
-_FUSED_DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 2, (2, 2): 1}
 
 
 def token_tiles(m: int) -> int:
@@ -62,9 +46,6 @@ class GemvConfig(KernelConfig):
     warps: int = 8  # K-splitting warps per CTA (threads = 32 * warps)
     mtiles: int = 1  # 16-row tiles of W per CTA
     unroll: int = 1  # 128-wide K steps of weight loads each warp keeps in flight (-D FP8D_CFG_U)
-    # W8A8 per-tensor / per-token only: the GEMV quantizes x itself (one launch instead of act_quant + GEMV;
-    # -D FP8D_CFG_FUSEQ). Same codes, scales and output bits.
-    fuse_quant: bool = False
 
     def __post_init__(self) -> None:
         if self.warps not in (2, 4, 8):  # the kernels' __launch_bounds__(256)
@@ -79,19 +60,14 @@ class GemvConfig(KernelConfig):
         return 16 * self.mtiles
 
     def fits(self, m: int) -> bool:
-        """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers (fused
-        quantization: bf16 x operands, twice the bytes of codes, and at most FUSE_QUANT_MAX_M tokens)."""
-        if self.fuse_quant:
-            return m <= FUSE_QUANT_MAX_M and self.unroll <= _FUSED_DEEPEST_RING.get((token_tiles(m), self.mtiles), 0)
+        """Register budget: the weight ring, the token tiles' operands and accumulators in 128 registers."""
         return self.unroll <= deepest_ring(m, self.mtiles)
 
-    def smem_bytes(self, m: int, k: int = 0) -> int:
-        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the per-warp partial sums, then the
-        tile's row scales and biases and 32 token scales, all fp32; with fuse_quant (K needed) the x scales and
-        codes first (fused_quant_smem_bytes)."""
+    def smem_bytes(self, m: int) -> int:
+        """Dynamic shared memory (csrc/skinny_common.cuh Fp8dSmemLayout): the per-warp partial sums, then
+        the tile's row scales and biases and 32 token scales, all fp32."""
         partials = self.warps * self.mtiles * token_tiles(m) * 4 * 32
-        driver = 4 * (partials + 2 * self.rows_per_cta + 32)
-        return driver + (fused_quant_smem_bytes(m, k) if self.fuse_quant else 0)
+        return 4 * (partials + 2 * self.rows_per_cta + 32)
 
 
 def _steps_per_warp(k: int, warps: int) -> int:
@@ -136,19 +112,7 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
                 if c.fits(m) and key not in seen:
                     seen.add(key)
                     out.append(c)
-    out = out[:12]
-    if fuse_quant_allowed(problem):
-        out += [f for f in (dataclasses.replace(c, fuse_quant=True) for c in out[:6]) if f.fits(m)]
-    return out
-
-
-def fuse_quant_allowed(problem: Problem) -> bool:
-    """True if the W8A8 GEMV can quantize x itself for `problem`: per-tensor or per-token activation scales
-    (fp8_tensor, fp8_row with fp8 activations), bf16 or fp16 x, M <= FUSE_QUANT_MAX_M and M x K <=
-    FUSE_QUANT_MAX_CODES."""
-    return (problem.act is Act.FP8 and problem.fmt in (Format.FP8_TENSOR, Format.FP8_ROW)
-            and problem.x_dtype in (torch.bfloat16, torch.float16) and problem.m <= FUSE_QUANT_MAX_M
-            and problem.m * problem.k <= FUSE_QUANT_MAX_CODES)
+    return out[:12]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,15 +63,13 @@ def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int, mt: int = 1, u: i
                    "cuda.w8a16_gemv", xk == 1)
 
 
-def _gemv8(scheme: str, fmt: Format, nt: int, m: int, mt: int = 1, u: int | None = None, fuseq: int = 0) -> Variant:
-    """fuseq: 0 codes from act_quant; 1 / 2 the GEMV quantizes a bf16 / f16 x itself (GemvConfig.fuse_quant)."""
+def _gemv8(scheme: str, fmt: Format, nt: int, m: int, mt: int = 1, u: int | None = None) -> Variant:
     from .configs import deepest_ring  # noqa: PLC0415
 
     u = deepest_ring(m, mt) if u is None else u
     d = {"FP8D_CFG_ACTQ": {"tensor": 0, "token": 1, "group": 2}[scheme], "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt,
-         "FP8D_CFG_U": u, "FP8D_CFG_FUSEQ": fuseq}
-    fused = {0: "", 1: ",fused-quant bf16", 2: ",fused-quant f16"}[fuseq]
-    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt},mt={mt},u={u}{fused}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
+         "FP8D_CFG_U": u}
+    return Variant(f"w8a8_gemv[{scheme},M<={8 * nt},mt={mt},u={u}]", "gemv_w8a8.cu", tuple(sorted(d.items())),
                    Problem(fmt, Act.FP8, m, 4096, 4096), "cuda.w8a8_gemv", False)
 
 
@@ -88,7 +86,6 @@ def variants() -> list[Variant]:
     v += [_gemv8("group", Format.FP8_BLOCK, 4, 32), _gemv8("token", Format.FP8_ROW, 4, 32),
           _gemv8("group", Format.FP8_BLOCK, 1, 1, mt=2), _gemv8("group", Format.FP8_BLOCK, 2, 16),
           _gemv8("tensor", Format.FP8_TENSOR, 2, 16, mt=2)]
-    v += [_gemv8("tensor", Format.FP8_TENSOR, 1, 1, fuseq=1), _gemv8("token", Format.FP8_ROW, 2, 16, mt=2, fuseq=2)]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):

@@ -6,7 +6,6 @@ tests/test_cuda_kernels.py (GPU) does that.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -241,7 +240,6 @@ def test_config_space():
                 p = Problem(fmt, act, m, n, k)
                 cs = gemv_configs(p, t)
                 assert 1 < len(cs) <= 12 and len(set(cs)) == len(cs), (m, n, k, cs)
-                assert not any(c.fuse_quant for c in cs), "fused quantization: per-tensor / per-token W8A8 only"
                 assert cs[0] == default_gemv_config(p, t)
                 assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
                 steps = math.ceil(math.ceil(k / 128) / cs[0].warps)
@@ -260,21 +258,6 @@ def test_config_space():
     assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
     # shared memory: partials [warps][slots][32] + row scales + row biases + 32 token scales (Fp8dSmemLayout)
     assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
-    # fused: the policy's 32 scales and M x K codes (padded to 16 bytes) come first
-    assert GemvConfig(8, 2, 1, fuse_quant=True).smem_bytes(3, 2000) == 4 * 32 + 6000 + 4 * (8 * 2 * 4 * 32 + 2 * 32 + 32)
-    # fused quantization: twins of the first 6 configs for per-tensor / per-token W8A8 with bf16/fp16 x, M <= 16,
-    # M x K <= 32768 codes
-    for fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
-        for m, dt in ((1, torch.bfloat16), (8, torch.float16), (9, torch.bfloat16), (17, torch.bfloat16),
-                      (4, torch.float32)):
-            cs = gemv_configs(Problem(fmt, Act.FP8, m, 4096, 4096, dt, dt), t)
-            fused = [c for c in cs if c.fuse_quant]
-            want = m <= 8 and dt != torch.float32
-            assert bool(fused) == want and all(c.fits(m) for c in cs), (fmt, m, dt, cs)
-            if want:
-                assert [dataclasses.replace(c, fuse_quant=False) for c in fused] == [c for c in cs[:6] if c.fits(m)]
-    assert not GemvConfig(8, 1, 1, fuse_quant=True).fits(17) and GemvConfig(8, 2, 1, fuse_quant=True).fits(16)
-    assert GemvConfig(8, 1, 3).fits(16) and not GemvConfig(8, 1, 3, fuse_quant=True).fits(16)
 
 
 def test_register_budget_table_is_what_the_kernels_compile_to():
@@ -283,17 +266,14 @@ def test_register_budget_table_is_what_the_kernels_compile_to():
     depth and arch was run when the table was written: see the table's comment)."""
     compiler = _nvrtc_or_skip()
     from kernels_cuda import isa
-    from kernels_cuda.configs import _DEEPEST_RING, _FUSED_DEEPEST_RING
+    from kernels_cuda.configs import _DEEPEST_RING
 
     if isa.cuobjdump() is None:
         pytest.skip("cuobjdump not found (ships in the triton wheel)")
     bad = []
-    rings = [(nt, mt, depth, (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0}),
-                              ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2}))) for (nt, mt), depth in _DEEPEST_RING.items()]
-    rings += [(nt, mt, depth, tuple(("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": a, "FP8D_CFG_FUSEQ": 1}) for a in (0, 1)))
-              for (nt, mt), depth in _FUSED_DEEPEST_RING.items()]
-    for nt, mt, depth, builds in sorted(rings, key=str):
-        for name, d in builds:
+    for (nt, mt), depth in sorted(_DEEPEST_RING.items()):
+        for name, d in (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 2, "FP8D_CFG_XKIND": 0}),
+                        ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2})):
             d = {**d, "FP8D_CFG_NT": nt, "FP8D_CFG_MT": mt, "FP8D_CFG_U": depth}
             for arch in ("sm_90", "sm_80"):
                 built = compiler.compile_module(name, arch, d)
@@ -623,5 +603,5 @@ def test_gemv_sources_share_one_driver():
 
     for name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
         src = (compiler.CSRC / name).read_text()
-        assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind" in src
+        assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
         assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src

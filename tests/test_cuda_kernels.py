@@ -9,14 +9,11 @@ Weights get row/column-varied magnitudes so block, row and MX scales differ (uni
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 import dispatch
 from dispatch import reference
-from dispatch.errors import UnsupportedError
 from dispatch.formats import Act, ActGranularity, Format, QWeight
 
 pytestmark = pytest.mark.gpu
@@ -100,19 +97,12 @@ def test_w8a16_gemv_fp16_activations_and_bias(launch, fmt):
         _check_close(launch.w8a16_gemv(x, qw, bias, torch.float32, arch="compute_80"), x, qw, bias)
 
 
-def _every_config(m: int, fused_k: int = 0):
-    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and ring depths, and
-    with `fused_k` (K of a per-tensor / per-token W8A8 problem) their fused-quantization twins where M x K fits."""
-    from kernels_cuda.configs import FUSE_QUANT_MAX_CODES, MAX_UNROLL, GemvConfig
+def _every_config(m: int):
+    """Every GemvConfig the kernels accept at M tokens (configs.fits): all warps, row tiles and ring depths."""
+    from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
-    cs = [GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)]
-    if fused_k and m * fused_k <= FUSE_QUANT_MAX_CODES:
-        cs += [GemvConfig(c.warps, c.mtiles, c.unroll, fuse_quant=True) for c in cs]
-    return [c for c in cs if c.fits(m)]
-
-
-def _fusable(qw: QWeight) -> bool:
-    return qw.act is Act.FP8 and qw.format in (Format.FP8_TENSOR, Format.FP8_ROW)
+    return [c for c in (GemvConfig(w, mt, u) for w in (2, 4, 8) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1))
+            if c.fits(m)]
 
 
 @pytest.mark.parametrize("fmt,act", FAMILIES)
@@ -125,55 +115,8 @@ def test_gemv_every_config_bias_bf16_output(launch, fmt, act):
     run = _gemv(launch, qw)
     for m in (5, 13, 27):
         x = _x(m, k, torch.bfloat16, m)
-        for cfg in _every_config(m, fused_k=k if _fusable(qw) else 0):
+        for cfg in _every_config(m):
             _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
-
-
-@pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("fmt", [Format.FP8_TENSOR, Format.FP8_ROW])
-def test_w8a8_fused_quant_is_bit_identical_to_two_launches(launch, fmt, path):
-    """config.fuse_quant (the GEMV quantizes x itself) gives the same bits as act_quant + GEMV with the same
-    config, for bf16 and fp16 x, every M it serves (M x K up to the shared-memory limit), partial row tiles and
-    K tail, every ring depth, and x holding the cases the scale rules single out: all zeros (the amax floor),
-    values that saturate, a NaN (per tensor: every output NaN; per token: that token's row) and an infinity."""
-    from kernels_cuda.configs import FUSE_QUANT_MAX_M, GemvConfig
-
-    n, k = 1000, 2000  # 16 x 2000 codes fit; K % 128 = 80
-    qw = dispatch.quantize(_weight(n, k, 21), fmt, act="fp8")
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    ms = range(1, FUSE_QUANT_MAX_M + 1) if path == "native" else (1, 9, 16)
-    few = (GemvConfig(8, 1, 1, fuse_quant=True), GemvConfig(4, 2, 1, fuse_quant=True))
-    for dtype in (torch.bfloat16, torch.float16):
-        for m in ms:
-            # every fused config at the token-tile edges on the native path, two elsewhere (each is a compile)
-            configs = [c for c in _every_config(m, fused_k=k) if c.fuse_quant]
-            if path != "native" or m not in (1, 8, 9, 16):
-                configs = [c for c in configs if c in few]
-            x = _x(m, k, dtype, 31 * m)
-            if m >= 3:
-                x[1].zero_()                  # the amax floor
-                x[2, 7] = 30000.0             # saturates the codes of its token (and of the tensor)
-            cases = [x]
-            if m >= 2:
-                bad = x.clone()
-                bad[m - 1, 100] = float("nan")
-                bad[0, 5] = float("inf")
-                cases.append(bad)
-            for xx in cases:
-                for cfg in configs:
-                    two = dataclasses.replace(cfg, fuse_quant=False)
-                    want = launch.w8a8_gemv(xx, qw, bias, torch.float32, two, **PATHS[path])
-                    got = launch.w8a8_gemv(xx, qw, bias, torch.float32, cfg, **PATHS[path])
-                    assert torch.equal(got.nan_to_num(123.0), want.nan_to_num(123.0)), (dtype, m, cfg)
-                    assert got.isnan().equal(want.isnan()), (dtype, m, cfg)
-    with pytest.raises(UnsupportedError, match="bf16 or fp16"):
-        launch.w8a8_gemv(_x(4, k, torch.float32, 1), qw, None, None, GemvConfig(fuse_quant=True))
-    big = dispatch.quantize(_weight(256, 4096, 3), fmt, act="fp8")
-    with pytest.raises(UnsupportedError, match="shared memory"):
-        launch.w8a8_gemv(_x(9, 4096, torch.bfloat16, 1), big, None, None, GemvConfig(fuse_quant=True))
-    blk = dispatch.quantize(_weight(256, 512, 3), Format.FP8_BLOCK, act="fp8")
-    with pytest.raises(UnsupportedError, match="per-tensor and per-token"):
-        launch.w8a8_gemv(_x(2, 512, torch.bfloat16, 1), blk, None, None, GemvConfig(fuse_quant=True))
 
 
 @pytest.mark.parametrize("fmt,act", FAMILIES)
@@ -469,22 +412,17 @@ def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
         w = _weight(n, k, seed)
         return w / w.norm(dim=1, keepdim=True)
 
-    from kernels_cuda.configs import GemvConfig
-
-    fused = GemvConfig(8, 1, 2, fuse_quant=True)  # the GEMV quantizes x itself, right after its wait
-    plan = [((4096, 4096), Format.FP8_ROW, "bf16", None), ((2048, 4096), Format.MXFP8, "bf16", None),
-            ((4096, 2048), Format.FP8_BLOCK, "fp8", None), ((4096, 4096), Format.FP8_TENSOR, "fp8", None),
-            ((4096, 4096), Format.FP8_ROW, "fp8", None), ((4096, 4096), Format.FP8_TENSOR, "fp8", fused),
-            ((4096, 4096), Format.FP8_ROW, "fp8", fused), ((4096, 4096), Format.FP8_BLOCK, "bf16", None)]
-    layers = [(dispatch.quantize(unit_rows(n, k, 10 + i), fmt, act=act), cfg)
-              for i, ((n, k), fmt, act, cfg) in enumerate(plan)]
+    plan = [((4096, 4096), Format.FP8_ROW, "bf16"), ((2048, 4096), Format.MXFP8, "bf16"),
+            ((4096, 2048), Format.FP8_BLOCK, "fp8"), ((4096, 4096), Format.FP8_TENSOR, "fp8"),
+            ((4096, 4096), Format.FP8_ROW, "fp8"), ((4096, 4096), Format.FP8_BLOCK, "bf16")]
+    layers = [dispatch.quantize(unit_rows(n, k, 10 + i), fmt, act=act) for i, ((n, k), fmt, act) in enumerate(plan)]
 
     def chain(x):
         outs = []
         for _ in range(3):
             x = x * 1.0001  # a torch kernel writes the next input right before the first GEMV reads it
-            for qw, cfg in layers:
-                x = _gemv(launch, qw)(x, qw, None, None, cfg)
+            for qw in layers:
+                x = _gemv(launch, qw)(x, qw)
                 outs.append(x)
         return outs
 

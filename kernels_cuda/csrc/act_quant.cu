@@ -105,6 +105,15 @@ __device__ __forceinline__ void fp8d_quantize_grid_share(float amax, const void*
     fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
 }
 
+// |h| max of the two 16-bit halves (bf16 or f16) or of one f32 word.
+__device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float amax) {
+  if (x_kind == FP8D_DTYPE_F32) return fp8d_nanmax(amax, fabsf(__uint_as_float(wd)));
+  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
+  const float a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
+  const float b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
+  return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
+}
+
 // Per tensor in one launch: every CTA reads ALL of x (16-byte loads where x is 16-byte aligned) and so
 // computes the SAME amax and scale without a second launch, a workspace or atomics (max is exact and
 // order-free, NaN-propagating); then each CTA quantizes its grid-stride share and CTA 0 writes the scale.

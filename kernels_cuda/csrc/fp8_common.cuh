@@ -52,21 +52,6 @@ __device__ __forceinline__ unsigned fp8d_quant4(float a, float b, float c, float
                       fp8d_clamp_e4m3(__fdiv_rn(c, s)), fp8d_clamp_e4m3(__fdiv_rn(d, s)));
 }
 
-// The two 16-bit halves (bf16 or f16, x_kind) of a word as f32: element 0 is the low half.
-__device__ __forceinline__ void fp8d_half2_to_f32(unsigned wd, int x_kind, float& a, float& b) {
-  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
-  a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
-  b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
-}
-
-// |h| max of the two 16-bit halves (bf16 or f16) or of one f32 word.
-__device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float amax) {
-  if (x_kind == FP8D_DTYPE_F32) return fp8d_nanmax(amax, fabsf(__uint_as_float(wd)));
-  float a, b;
-  fp8d_half2_to_f32(wd, x_kind, a, b);
-  return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
-}
-
 // e8m0 code -> 2^(code - 127) as f32 (code 0 is 2^-127, an f32 subnormal; 255 is NaN).
 __device__ __forceinline__ float fp8d_e8m0_to_f32(unsigned code) {
   if (code == 0xffu) return __uint_as_float(0x7fc00000u);

@@ -38,7 +38,6 @@ struct W8A16Gemv {
   static constexpr bool kUniformScale = SCALE == FP8D_SCALE_TENSOR;
   static constexpr bool kRowScale = SCALE == FP8D_SCALE_ROW;
   static constexpr bool kTokScale = false;
-  static constexpr int kPrologueSteps = 0;
 
   using Half = typename W8A16Operands<NT_, MT_>::Half;
   static constexpr int kHalfRegs = 8 * NT + (SCALE == FP8D_SCALE_MX ? 2 * MT : 0);

@@ -73,23 +73,6 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
   }
 }
 
-// Compile-time type choice (NVRTC runs without the standard headers).
-template <bool C, class A, class B>
-struct Fp8dPick {
-  using type = A;
-};
-template <class A, class B>
-struct Fp8dPick<false, A, B> {
-  using type = B;
-};
-
-// The start of the dynamic shared memory: a policy's own data (W8A8 fused quantization: x scales and codes), the
-// driver's Fp8dSmemLayout after it (fp8d_skinny_gemv's `policy_floats`).
-__device__ __forceinline__ float* fp8d_prologue_smem() {
-  extern __shared__ float fp8d_smem[];
-  return fp8d_smem;
-}
-
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
   const int c = f & 3, tile = f >> 2, mt = tile / NT, nt = tile % NT;
@@ -98,9 +81,8 @@ __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& r
   tok = nt * 8 + 2 * t + (c & 1);
 }
 
-// Shared memory of one CTA after the policy's own (fp8d_prologue_smem): the partials [warp][slot][lane]
-// (conflict-free stores), then the tile's row scales and bias, then the token scales.
-// kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
+// Shared memory of one CTA: the partials [warp][slot][lane] (conflict-free stores), then the tile's row
+// scales and bias, then the token scales. kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
 template <int MT, int NT>
 struct Fp8dSmemLayout {
   static constexpr int kSlots = MT * NT * 4;
@@ -122,11 +104,6 @@ struct Fp8dSmemLayout {
 //   kUniformScale / uniform_scale()  one output scale for the whole call
 //   kRowScale / row_scale(row)       a per-output-row scale
 //   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
-//   kPrologueSteps / prologue(step, scratch)
-//                                    work every thread does after the wait for the previous grid, before the
-//                                    loop, with a CTA barrier after each step (W8A8 fused quantization: amax,
-//                                    scales, codes into the policy's shared memory; `scratch` is the partials'
-//                                    shared memory, free until the loop ends)
 //   kHasRare / cta_needs_rare(n0) / rare()
 //                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
 //                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
@@ -186,7 +163,7 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
 template <class P>
 __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __restrict__ w,
                                                  const void* __restrict__ bias, void* __restrict__ y, int M,
-                                                 int N, int K, int bias_kind, int out_kind, int policy_floats = 0) {
+                                                 int N, int K, int bias_kind, int out_kind) {
   constexpr int MT = P::MT, NT = P::NT, D = P::DEPTH;
   constexpr int NSLOT = MT * NT * 4, ROWS = 16 * MT;
   // Prefetch the next step's operands only where the ring, two steps of them, the accumulators and ~4 MMA
@@ -199,7 +176,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   using Smem = Fp8dSmemLayout<MT, NT>;
   static_assert(!P::kTokScale || P::kRowScale, "token scales are applied together with row scales");
   static_assert(D >= 1 && D <= 4, "1..4 weight steps in flight");
-  float* const fp8d_red = fp8d_prologue_smem() + policy_floats;
+  extern __shared__ float fp8d_red[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const Fp8dLane L = fp8d_lane();
   const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
@@ -218,14 +195,6 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   bool rare = false;
   if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
   fp8d_wait_prior_grid();
-  // Before the first operand load: a prologue may produce the operands (W8A8 fused quantization: the x codes).
-  if constexpr (P::kPrologueSteps > 0) {
-#pragma unroll
-    for (int i = 0; i < P::kPrologueSteps; ++i) {
-      p.prologue(i, fp8d_red);
-      __syncthreads();
-    }
-  }
   if (kPrefetch && warp < nsteps) {
     p.load_half(half[0][0], n0, L, warp, 0);
     p.load_half(half[0][1], n0, L, warp, 1);
