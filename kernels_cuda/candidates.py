@@ -183,9 +183,11 @@ class CudaDequantCublas(_CudaCandidate):
             # Exact codes (e4m3 is exact in bf16/fp16), the scale applied to the fp32 output. Folding the scale
             # into a bf16 weight (the block/MX route below) failed the autotune's verification for fp8_row on
             # the H200 (2026-11-29: 8-4912 outputs per cell outside 0.02 * rms + 0.02 * |ref| at M >= 256).
-            # The dequant kernel is bit-identical to dispatch.dequantize, so the GEMM's input differs from the
-            # reference only by the bf16 rounding of code x scale; why that alone fails the bound was not
-            # isolated (no device time left). fp16 cannot hold every code x scale anyway.
+            # The cause is the bf16 rounding of code x scale alone (relative error up to 2^-9 per weight): with
+            # row and column factors on x and W, single outputs are sums with heavy cancellation (e.g. terms of
+            # total magnitude 1e4 summing to -0.26), so that rounding moves them past the bound; reproduced on
+            # the CPU by tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_
+            # exact_route_meets. fp16 cannot hold every code x scale anyway.
             with full_precision_reduction():
                 y = torch.mm(x2d, qw.qdata.to(x2d.dtype).t(), out_dtype=torch.float32)
             y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row

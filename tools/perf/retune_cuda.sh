@@ -42,6 +42,7 @@ if [ "${TRITON_GEMV64:-0}" = 1 ]; then
 fi
 python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "${tables[@]}" --drop-stale \
   --out "$OUT/tables/nvidia_h200.yaml" 2>&1 | tail -8 | tee "$OUT/merge.log"
+cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null  # now, so a run cut short in the bench still returns it
 python3 -m tools.bench --what main,overhead --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
   --no-candidates --tables "$OUT/tables" --budget-s ${BENCH_BUDGET:-100} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"
