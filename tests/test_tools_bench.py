@@ -105,3 +105,27 @@ def test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets()
     verdict = check_output(folded, ref, torch.bfloat16)
     assert not verdict.ok and "outside" in verdict.reason, verdict
     assert check_output(exact, ref, torch.bfloat16).ok
+
+
+def test_source_digest_names_the_code_not_the_history(tmp_path):
+    """tools.perf.source_digest: depends on the source files' paths and bytes only (the GPU machine's copy of the
+    tree can carry stale git metadata), ignores caches and non-source files, and changes with any source byte."""
+    from tools.perf.source_digest import source_digest
+
+    (tmp_path / "dispatch").mkdir()
+    (tmp_path / "kernels_cuda" / "csrc").mkdir(parents=True)
+    (tmp_path / "dispatch" / "a.py").write_text("x = 1\n")
+    (tmp_path / "kernels_cuda" / "csrc" / "k.cu").write_text("// kernel\n")
+    d0 = source_digest(tmp_path)
+    assert d0.startswith("sha256:") and d0 == source_digest(tmp_path)
+    (tmp_path / "dispatch" / "__pycache__").mkdir()
+    (tmp_path / "dispatch" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "dispatch" / "notes.txt").write_text("not a source")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert source_digest(tmp_path) == d0
+    (tmp_path / "kernels_cuda" / "csrc" / "k.cu").write_text("// kernel!\n")
+    d1 = source_digest(tmp_path)
+    assert d1 != d0
+    (tmp_path / "kernels_cuda" / "csrc" / "k.cu").rename(tmp_path / "kernels_cuda" / "csrc" / "j.cu")
+    assert source_digest(tmp_path) not in (d0, d1)  # a rename is a change

@@ -32,6 +32,8 @@ from typing import Any, Callable
 if __package__ in (None, ""):  # `python tools/bench.py`: make the repository importable
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from tools.perf.source_digest import source_digest  # noqa: E402 (after the path setup above)
+
 EXIT_DEVICE_LOST = 75
 DECODE_MAX_M = 64  # up to here the weight stream dominates: report % copy BW; above, TFLOP/s
 
@@ -112,7 +114,7 @@ class Bench:
         self.results: dict[str, Any] = {
             "meta": {"device": self.target.device_name, "arch": self.target.arch, "torch": torch.__version__,
                      "triton": self.target.triton_version, "runtime": self.target.runtime_version,
-                     "commit": _git_commit(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                     "commit": _git_commit(), "sources": source_digest(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
                      "command": "python -m tools.bench " + " ".join(sys.argv[1:]),
                      "overlay_tables": os.environ.get("FP8DISPATCH_TUNING_DIR", ""),
                      "unavailable_backends": registry.unavailable_backends(),

@@ -1,7 +1,8 @@
 # Sourced by the scripts that run on the lent GPU machine (tools/gpu_suite.sh, tools/perf/*.sh): the checkout's
 # root as working directory and import path, unbuffered output (logs survive a timeout), the NVRTC cache in /tmp,
 # and $OUT (what the device tool brings back), created. fp8d_record_env FILE writes what a measurement must state
-# (date, commit, GPU and driver, torch / triton / CUDA / cupy versions) to FILE and stdout.
+# (date, commit, the source digest of tools/perf/source_digest.py, GPU and driver, torch / triton / CUDA / cupy
+# versions) to FILE and stdout.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
@@ -10,6 +11,7 @@ export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
 fp8d_record_env() {
   {
     date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+    echo "sources: $(python3 -m tools.perf.source_digest)  (the code that ran: compare with tools.perf.source_digest on a checkout)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
     python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
     python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
