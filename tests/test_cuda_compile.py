@@ -605,3 +605,35 @@ def test_gemv_sources_share_one_driver():
         src = (compiler.CSRC / name).read_text()
         assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
         assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src
+
+
+def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
+    """tools/perf/precompile_cuda.py compiles through the launchers' own spec functions, so what it caches is what a
+    launch looks up: after it ran, the same launcher request is a cache hit (and a fresh request is not)."""
+    _nvrtc_or_skip()
+    monkeypatch.setenv("FP8DISPATCH_CACHE_DIR", str(tmp_path))
+    from kernels_cuda import compiler
+    from tools.perf import precompile_cuda as pc
+
+    items = pc.variants("sm_90", ("native",))
+    kinds = {i[0] for i in items}
+    assert kinds == {"gemv", "act_quant"} and len(items) > 100
+    assert all(i[6] == "sm_90" for i in items if i[0] == "gemv")
+    picked = [items[0], next(i for i in items if i[0] == "gemv" and i[1])]  # one W8A16, one W8A8 module
+    for it in picked:
+        assert pc._run_safe(it) == ""
+    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
+    seen = []
+    real = compiler.compile_module
+
+    def spy(*a, **k):
+        c = real(*a, **k)
+        seen.append(c.cached)
+        return c
+
+    monkeypatch.setattr(compiler, "compile_module", spy)
+    for it in picked:
+        pc._run(it)
+    assert seen == [True, True]
+    pc._run(next(i for i in items if i[0] == "gemv" and i[4] == 9))  # a module not precompiled: compiled now
+    assert seen[-1] is False

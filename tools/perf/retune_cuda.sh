@@ -10,6 +10,7 @@
 # 3. with TRITON_GEMV64=1 (session 4: kernels_triton/configs.py changed too) every candidate on the one Triton
 #    GEMV key (fp8_row 128256x4096, M = 64);
 # 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16.
+# First every CUDA kernel module is compiled on all cores (tools/perf/precompile_cuda.py).
 # STEP=decode runs the CUDA kernel GPU tests and step 1 only (one device call of ~6 min); STEP=finish runs
 # steps 2-5 on the decode table T_DECODE of an earlier STEP=decode call (carried into the checkout).
 # Returned: $OUT/nvidia_h200.yaml (the merged table; STEP=decode: $OUT/t_decode.yaml) and $OUT/retune.tgz
@@ -18,6 +19,8 @@ source "$(dirname "$0")/device_env.sh"; DEST=$OUT; OUT=$(mktemp -d); mkdir -p "$
 STEP=${STEP:-all}
 AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml"
 t0=$(date +%s); tables=("$OUT/t_decode.yaml" "$OUT/t_dequant.yaml")
+python3 -m tools.perf.precompile_cuda --paths ${PRECOMPILE_PATHS:-native,sm80,emulated} > "$OUT/precompile.log" 2>&1
+echo "precompile rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/precompile.log")"
 if [ "$STEP" != finish ]; then
   if [ "$STEP" = decode ]; then
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py > "$OUT/gpu_tests.log" 2>&1
