@@ -186,8 +186,8 @@ class CudaDequantCublas(_CudaCandidate):
             # The cause is the bf16 rounding of code x scale alone (relative error up to 2^-9 per weight): with
             # row and column factors on x and W, single outputs are sums with heavy cancellation (e.g. terms of
             # total magnitude 1e4 summing to -0.26), so that rounding moves them past the bound; reproduced on
-            # the CPU by tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_
-            # exact_route_meets. fp16 cannot hold every code x scale anyway.
+            # the CPU by the test below. fp16 cannot hold every code x scale anyway.
+            # tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets
             with full_precision_reduction():
                 y = torch.mm(x2d, qw.qdata.to(x2d.dtype).t(), out_dtype=torch.float32)
             y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row

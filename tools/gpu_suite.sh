@@ -11,7 +11,7 @@ fp8d_record_env "$OUT/env.txt"
 summary=()
 # Every CUDA kernel module the stages will load, compiled up front on all cores (tools/perf/precompile_cuda.py):
 # first-launch compiles otherwise run one at a time inside the tests and the autotune.
-t0=$(date +%s); python3 -m tools.perf.precompile_cuda > "$OUT/precompile.log" 2>&1
+t0=$(date +%s); timeout ${PRECOMPILE_TIMEOUT:-120} python3 -m tools.perf.precompile_cuda > "$OUT/precompile.log" 2>&1
 summary+=("precompile rc=$? $(( $(date +%s) - t0 )) s")
 for st in "${stages[@]}"; do
   t0=$(date +%s)

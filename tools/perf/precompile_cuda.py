@@ -36,7 +36,7 @@ def _compile_only(name: str, entry: str, defines: tuple, device: int, arch: str)
 
 def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[Any, ...]]:
     """(kind, args) work items: every GEMV module (family x scale layout x x dtype x token tiles x row tiles x
-    register ring that fits) and the activation quantizers, on each path."""
+    register ring that fits) and the activation-quantizer module, on each path."""
     import torch
 
     from dispatch.formats import ActGranularity, Format
@@ -57,9 +57,8 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[Any, ...]]
                         out.append(("gemv", False, SCALE_CODE[fmt], DTYPE_CODE[xdt], m, cfg, a, emulate))
                 for g in ActGranularity:
                     out.append(("gemv", True, ACTQ_CODE[g], 0, m, cfg, a, emulate))
-        if not emulate:  # the quantizers have no MMA to emulate
-            for g in ActGranularity:
-                out.append(("act_quant", g, a))
+        if not emulate:  # the quantizers have no MMA to emulate; one module holds every granularity's entry
+            out.append(("act_quant", ActGranularity.PER_TENSOR, a))
     return out
 
 
@@ -72,8 +71,7 @@ def _run(item: tuple[Any, ...]) -> str:
             _launch._gemv_spec.__wrapped__(w8a8, kind, xk, m, 1, cfg, 0, arch, emulate, False)
         else:
             _, g, arch = item
-            for m, k in ((1, 4096), (16, 4096), (1, 1 << 17)):  # every plan shape: one and two launches
-                _launch._act_quant_launches.__wrapped__(m, k, g, 0, arch, False)
+            _launch._act_quant_launches.__wrapped__(1, 4096, g, 0, arch, False)
     return ""
 
 

@@ -19,7 +19,7 @@ source "$(dirname "$0")/device_env.sh"; DEST=$OUT; OUT=$(mktemp -d); mkdir -p "$
 STEP=${STEP:-all}
 AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --keep-configs tuning_db/nvidia_h200.yaml"
 t0=$(date +%s); tables=("$OUT/t_decode.yaml" "$OUT/t_dequant.yaml")
-python3 -m tools.perf.precompile_cuda --paths ${PRECOMPILE_PATHS:-native,sm80,emulated} > "$OUT/precompile.log" 2>&1
+timeout ${PRECOMPILE_TIMEOUT:-120} python3 -m tools.perf.precompile_cuda --paths ${PRECOMPILE_PATHS:-native,sm80,emulated} > "$OUT/precompile.log" 2>&1
 echo "precompile rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/precompile.log")"
 if [ "$STEP" != finish ]; then
   if [ "$STEP" = decode ]; then
