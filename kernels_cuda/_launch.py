@@ -89,15 +89,37 @@ def pdl_allowed(arch: str) -> bool:
     return arch.startswith(("sm_", "compute_")) and digits.isdigit() and int(digits) >= 90
 
 
-def _launch(name: str, entry: str, defines: dict[str, Any], device: int, arch: str | None, grid, block,
-            args, smem: int = 0) -> None:
-    arch = arch or device_arch(device)
-    _driver.launch(_kernel(name, entry, tuple(sorted(defines.items())), device, arch), grid, block, args, smem)
-
-
 def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device: int, arch: str) -> _driver.LoadedKernel:
     return _driver.load((name, arch, defines), entry, device,
                         lambda: compiler.compile_module(name, arch, dict(defines)).image())
+
+
+# Module keys: (source, entry, defines) of each kernel the launchers load. They are the whole compile key besides the
+# arch (compiler.compile_module), so tools/perf/precompile_cuda.py compiles exactly these to fill the cache.
+def gemv_module(w8a8: bool, kind_code: int, xkind: int, m: int, cfg: GemvConfig, emulate_mma: bool = False,
+                force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+    """The GEMV module for a family (w8a8), its scale layout / activation granularity code, x dtype code (W8A16
+    only), M tokens and config."""
+    if w8a8:
+        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
+    else:
+        name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
+    d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
+              **_extra_defines(emulate_mma, force_sw_cvt)})
+    return name, entry, tuple(sorted(d.items()))
+
+
+def act_quant_module(force_sw_cvt: bool = False) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The activation-quantizer module (one module holds every granularity's entry)."""
+    return "act_quant.cu", tuple(sorted(_extra_defines(False, force_sw_cvt).items()))
+
+
+def dequant_module(fmt: Format, cfg: DequantConfig, force_sw_cvt: bool = False,
+                   force_wide_index: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+    d = {"FP8D_CFG_SCALE": SCALE_CODE[fmt], "FP8D_CFG_DQ_CHUNKS": cfg.chunks, **_extra_defines(False, force_sw_cvt)}
+    if force_wide_index:
+        d["FP8D_DQ_FORCE_WIDE"] = 1
+    return "dequant.cu", "fp8d_dequant", tuple(sorted(d.items()))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -106,14 +128,8 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
     """(kernel, grid, block, smem, pdl) of one GEMV launch, cached: a decode step must not rebuild the defines, the
     module key and the geometry in Python on every call (the host cost is the decode latency when the
     caller does not use CUDA graphs)."""
-    if w8a8:
-        name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
-    else:
-        name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
-    d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
-              **_extra_defines(emulate_mma, force_sw_cvt)})
     arch = arch or device_arch(device)
-    kernel = _kernel(name, entry, tuple(sorted(d.items())), device, arch)
+    kernel = _kernel(*gemv_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt), device, arch)
     return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
             pdl_allowed(arch))
 
@@ -245,9 +261,9 @@ def quantize_activation(x2d: torch.Tensor, granularity: ActGranularity | str, *,
 def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: str | None, force_sw_cvt: bool):
     """((entry, kernel, grid, block, pdl), ...) of act_quant_plan, kernels loaded: cached per shape (see
     _gemv_spec). Every act-quant kernel waits for its prior grid before reading x (act_quant.cu)."""
-    defines = tuple(sorted(_extra_defines(False, force_sw_cvt).items()))
+    name, defines = act_quant_module(force_sw_cvt)
     arch = arch or device_arch(device)
-    return tuple((entry, _kernel("act_quant.cu", entry, defines, device, arch), grid, block, pdl_allowed(arch))
+    return tuple((entry, _kernel(name, entry, defines, device, arch), grid, block, pdl_allowed(arch))
                  for entry, grid, block in act_quant_plan(m, k, g))
 
 
@@ -272,9 +288,18 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
     return y
 
 
+def dequant_geometry(n: int, k: int, cfg: DequantConfig) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) of csrc/dequant.cu: with K % 16 == 0, one pass of `cfg.chunks` 16-code chunks per thread
+    covers the weight; otherwise the scalar grid-stride loop (grid capped, the loop covers the rest)."""
+    if k % 16 == 0:
+        return (max(1, math.ceil(n * k // 16 / (cfg.threads * cfg.chunks))), 1, 1), (cfg.threads, 1, 1)
+    return (max(1, min(math.ceil(n * k / cfg.threads), 65535 * 16)), 1, 1), (cfg.threads, 1, 1)
+
+
 def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: DequantConfig | None = None, *,
-               arch: str | None = None, force_sw_cvt: bool = False) -> torch.Tensor:
-    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs."""
+               arch: str | None = None, force_sw_cvt: bool = False, force_wide_index: bool = False) -> torch.Tensor:
+    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs. force_wide_index (tests): the 64-bit row
+    division that only weights of more than 2^32 16-code chunks take."""
     if dtype not in (torch.bfloat16, torch.float16):
         raise UnsupportedError(f"the dequant kernel writes bf16 or fp16, got {dtype}")
     if qw.device.type != "cuda":
@@ -283,12 +308,9 @@ def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: Dequant
     n, k = qw.shape
     out = torch.empty((n, k), dtype=dtype, device=qw.device)
     scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
-    total = n * k
-    per_thread = 16 if k % 16 == 0 else 1
-    blocks = math.ceil(total / per_thread / cfg.threads)
-    if per_thread == 1:
-        blocks = min(blocks, 65535 * 16)  # grid-stride loop covers the rest
-    defines = {"FP8D_CFG_SCALE": SCALE_CODE[qw.format], **_extra_defines(False, force_sw_cvt)}
-    _launch("dequant.cu", "fp8d_dequant", defines, qw.device.index or 0, arch, (blocks, 1, 1), (cfg.threads, 1, 1),
-            (ptr(qw.qdata), ptr(scale), ptr(out), int(n), int(k), int(DTYPE_CODE[dtype])))
+    grid, block = dequant_geometry(n, k, cfg)
+    arch = arch or device_arch(qw.device.index or 0)
+    _driver.launch(_kernel(*dequant_module(qw.format, cfg, force_sw_cvt, force_wide_index), qw.device.index or 0,
+                                           arch), grid, block,
+                   (ptr(qw.qdata), ptr(scale), ptr(out), int(n), int(k), int(DTYPE_CODE[dtype])))
     return out

@@ -138,6 +138,10 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
 DEQUANT_CUBLAS_MIN_M = MAX_M + 1  # 33: every M the GEMVs do not serve (bucket 64 starts at 33)
 
 
+# The dequant kernel's tuning space, default first (16 x chunks bytes of codes in flight per thread).
+DEQUANT_CONFIGS = (DequantConfig(256, 4), DequantConfig(256, 2), DequantConfig(128, 4), DequantConfig(256, 1))
+
+
 class CudaDequantCublas(_CudaCandidate):
     """Weight to the activation dtype, then ONE cuBLAS GEMM with fp32 accumulation and fp32 split-K reduction
     (`full_precision_reduction`):
@@ -171,7 +175,7 @@ class CudaDequantCublas(_CudaCandidate):
         return Support.yes("dequantize per call (one pass over W), then one cuBLAS GEMM")
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return [DequantConfig(256), DequantConfig(128)]
+        return list(DEQUANT_CONFIGS)
 
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
         return DequantConfig()

@@ -18,6 +18,7 @@ from dispatch.target import Target
 MAX_M = 32  # the GEMV kernels keep every token in registers: 4 MMA column tiles of 8
 K_STEP = 128  # K per step of a warp (csrc/fp8_common.cuh FP8D_KSTEP)
 MAX_UNROLL = 4
+LONG_K = 16384  # default_gemv_config: K from which 8 warps split K regardless of N
 
 # (token tiles, row tiles) -> the deepest weight ring (GemvConfig.unroll) that compiles without spills for
 # every scale layout of both kernel families under __launch_bounds__(256, 2), i.e. 128 registers a thread
@@ -80,7 +81,10 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     - warps: 8 while all 16-row tiles fit in one wave of 8-warp CTAs (N <= 2 x 16 x SMs: 4096 at 132 SMs,
       where the 8-way K split puts a warp's 4 steps of K = 4096 in flight at once and 8 warps won), else 4
       (6656 or 8192 rows fit one wave of 4-warp CTAs instead of 1.6-1.9 waves of 8-warp ones; at 28672
-      rows W8A8 picked 4 warps at M = 1 and 16);
+      rows W8A8 picked 4 warps at M = 1 and 16) -- except on long K (>= LONG_K): there a 4-warp CTA walks
+      K / 512 steps per warp in series, and 8 warps won despite a second partial wave (5120x25600 on the
+      H200: W8A8 M = 1 46 us against 61 us with 4 warps, session 4; fp8_row/bf16 M = 1 39.0 against 49.5 us
+      and M = 16 1.25x, session 5's untabled run);
     - mtiles = 2 only for bf16/fp16 activations at M > 8 on large N (each CTA re-reads all of x: two row tiles
       halve that traffic; the W8A16 M = 16 winner at 28672x4096), 1 otherwise;
     - unroll: the deepest ring that fits, but no deeper than the warp's share of K steps (all of them in
@@ -88,7 +92,7 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     sms = max(target.sm_count, 1)
     m = min(max(problem.m, 1), MAX_M)
     tiles16 = math.ceil(problem.n / 16)
-    warps = 8 if tiles16 <= 2 * sms else 4
+    warps = 8 if tiles16 <= 2 * sms or problem.k >= LONG_K else 4
     mtiles = 1
     if problem.act is Act.BF16 and token_tiles(m) >= 2 and tiles16 >= 8 * sms and deepest_ring(m, 2) > 0:
         mtiles = 2
@@ -117,8 +121,14 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class DequantConfig(KernelConfig):
+    """csrc/dequant.cu: `threads` per CTA, and `chunks` 16-code chunks per thread, all loaded before any is
+    decoded (16 x chunks bytes of codes in flight per thread)."""
+
     threads: int = 256
+    chunks: int = 4
 
     def __post_init__(self) -> None:
         if self.threads not in (128, 256):
             raise ValueError(f"DequantConfig.threads must be 128 or 256 (the kernel's launch bound), got {self.threads}")
+        if self.chunks not in (1, 2, 4):  # 8 spills on sm_80 (ptxas via NVRTC 13.0)
+            raise ValueError(f"DequantConfig.chunks must be 1, 2 or 4, got {self.chunks}")

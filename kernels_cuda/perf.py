@@ -38,7 +38,12 @@ def main(argv=None) -> None:
                     help="comma-separated format:act pairs, e.g. mxfp8:bf16,fp8_block:fp8 (default: the 7 routes)")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: the 8 shapes; --quick: 4)")
     ap.add_argument("--no-dequant", action="store_true", help="skip the dequant kernel rows")
+    ap.add_argument("--dequant", action="store_true",
+                    help="only the dequant kernel: 4 formats x every tuned config on the shapes, against the copy "
+                         "rate measured in the same run (issue 4: >= 85 %%)")
     args = ap.parse_args(argv)
+    if args.dequant:
+        return dequant_main(args)
     x_dtype = torch.float16 if args.x_dtype == "fp16" else torch.bfloat16
     reason = _launch.gpu_unavailable_reason()
     if reason:
@@ -100,6 +105,48 @@ def main(argv=None) -> None:
         del wbs
         torch.cuda.empty_cache()
     print(f"total {time.perf_counter() - t0:.1f} s (includes NVRTC compiles on a cold cache)")
+
+
+def dequant_main(args) -> None:
+    """The dequant kernel alone: every format x DEQUANT_CONFIGS x shape, bytes read (codes + scales) + written
+    (bf16) per second against the copy kernel's rate measured in this run (tools/perf/timing.measure_ceilings)."""
+    import dispatch
+    from dispatch.formats import Format
+    from tools.perf.timing import CudaTimer, RotationPolicy, l2_bytes, measure_ceilings, one_rotation, warm_gpu
+
+    from . import _launch
+    from .candidates import DEQUANT_CONFIGS
+
+    timer, rotation, l2 = CudaTimer(), RotationPolicy(), l2_bytes("cuda")
+    warm_gpu(1.0)
+    copy = measure_ceilings(timer).copy_gbps or COPY_GBPS
+    print(f"copy rate measured in this run: {copy:.1f} GB/s (read + write)")
+    shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.shapes.split(",")] if args.shapes else \
+        BW_SHAPES + SPEED_SHAPES
+    print(f"{'N':>7} {'K':>6} {'fmt':>10} " + " ".join(f"{f'{c.threads}x{c.chunks}':>15}" for c in DEQUANT_CONFIGS))
+    best: list[float] = []
+    for n, k in shapes:
+        w = torch.randn(n, k, device="cuda") * 0.02
+        for fmt in Format:
+            qw = dispatch.quantize(w, fmt, act="bf16")
+            qws = [dispatch.QWeight(qw.format, qw.act, qw.qdata.clone(), qw.scale.clone())
+                   for _ in range(rotation.copies(qw.nbytes + 2 * n * k, l2))]
+            moved = qw.nbytes + 2 * n * k
+            cells, pcts = [], []
+            for cfg in DEQUANT_CONFIGS:
+                t = timer.time(lambda i, cfg=cfg, q=qws: _launch.dequantize(q[i], torch.bfloat16, cfg), len(qws),
+                               one_rotation(15))
+                if t.us is None:
+                    raise RuntimeError(f"{fmt.value} {n}x{k} {cfg}: {t.note}")
+                pct = moved / (t.us * 1e-6) / (copy * 1e9) * 100
+                pcts.append(pct)
+                cells.append(f"{t.us:7.1f} {pct:5.1f}%")
+            best.append(max(pcts))
+            print(f"{n:>7} {k:>6} {fmt.value:>10} " + " ".join(f"{c:>15}" for c in cells), flush=True)
+            del qws
+        torch.cuda.empty_cache()
+    print(f"best config >= 85 % of copy: {sum(p >= 85 for p in best)} of {len(best)} (shape x format); "
+          f"default config ({DEQUANT_CONFIGS[0].threads}x{DEQUANT_CONFIGS[0].chunks}) is the first column")
 
 
 if __name__ == "__main__":

@@ -249,6 +249,9 @@ def test_config_space():
     big = default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 16, 28672, 4096), t)
     assert big.warps == 4 and big.mtiles == 2 and big.fits(16)
     assert default_gemv_config(Problem(Format.FP8_BLOCK, Act.FP8, 16, 28672, 4096), t).mtiles == 1
+    # long K: 8 warps even past one wave (5120x25600 on the H200), 4 below it at the same N
+    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t).warps == 8
+    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 8192), t).warps == 4
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
@@ -608,21 +611,28 @@ def test_gemv_sources_share_one_driver():
 
 
 def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
-    """tools/perf/precompile_cuda.py compiles through the launchers' own spec functions, so what it caches is what a
-    launch looks up: after it ran, the same launcher request is a cache hit (and a fresh request is not)."""
+    """tools/perf/precompile_cuda.py compiles the modules the launchers name (`_launch.gemv_module` and friends), so
+    what it caches is what a launch looks up: after it ran, the launcher's own request (through `_gemv_spec` and
+    `_act_quant_launches`, with only the GPU load replaced) is a cache hit, and a request it did not cover is not."""
     _nvrtc_or_skip()
     monkeypatch.setenv("FP8DISPATCH_CACHE_DIR", str(tmp_path))
-    from kernels_cuda import compiler
+    from dispatch.formats import ActGranularity
+    from kernels_cuda import _launch, compiler
+    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda.configs import GemvConfig
     from tools.perf import precompile_cuda as pc
 
     items = pc.variants("sm_90", ("native",))
-    kinds = {i[0] for i in items}
-    assert kinds == {"gemv", "act_quant"} and len(items) > 100
-    assert all(i[6] == "sm_90" for i in items if i[0] == "gemv")
-    picked = [items[0], next(i for i in items if i[0] == "gemv" and i[1])]  # one W8A16, one W8A8 module
+    assert {i[0] for i in items} == {"gemv", "act_quant", "dequant"} and len(items) > 100
+    assert all(i[3] == "sm_90" for i in items)
+    cfg = GemvConfig(8, 1, 2)
+    w16 = _launch.gemv_module(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 1, cfg)
+    w8 = _launch.gemv_module(True, ACTQ_CODE[ActGranularity.PER_TOKEN], 0, 1, cfg)
+    picked = [i for i in items if (i[1], i[2]) in {(w16[0], w16[2]), (w8[0], w8[2])} or i[0] == "act_quant"]
+    assert len(picked) == 3
     for it in picked:
         assert pc._run_safe(it) == ""
-    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
+    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 3
     seen = []
     real = compiler.compile_module
 
@@ -632,8 +642,13 @@ def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
         return c
 
     monkeypatch.setattr(compiler, "compile_module", spy)
-    for it in picked:
-        pc._run(it)
-    assert seen == [True, True]
-    pc._run(next(i for i in items if i[0] == "gemv" and i[4] == 9))  # a module not precompiled: compiled now
+    monkeypatch.setattr(_launch._driver, "load", lambda key, entry, device, build: build())  # no GPU: compile only
+    _launch._gemv_spec.__wrapped__(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 1, 4096, cfg, 0,
+                                   "sm_90", False, False)
+    _launch._gemv_spec.__wrapped__(True, ACTQ_CODE[ActGranularity.PER_TOKEN], 0, 1, 4096, cfg, 0, "sm_90", False,
+                                   False)
+    _launch._act_quant_launches.__wrapped__(1, 4096, ActGranularity.PER_TOKEN, 0, "sm_90", False)
+    assert seen == [True, True, True]
+    _launch._gemv_spec.__wrapped__(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 9, 4096, cfg, 0,
+                                   "sm_90", False, False)  # a module not precompiled: compiled now
     assert seen[-1] is False

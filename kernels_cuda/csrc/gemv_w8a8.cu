@@ -16,10 +16,7 @@ struct W8A8Gemv {
   static constexpr bool kUniformScale = ACTQ == FP8D_ACTQ_TENSOR;
   static constexpr bool kRowScale = ACTQ == FP8D_ACTQ_TOKEN;
   static constexpr bool kTokScale = ACTQ == FP8D_ACTQ_TOKEN;
-  static constexpr bool kHasRare = false;  // one policy for every input
-  using Rare = W8A8Gemv;
-  __device__ __forceinline__ W8A8Gemv rare() const { return *this; }
-  __device__ __forceinline__ bool cta_needs_rare(int) const { return false; }
+  static constexpr bool kHasRare = false;  // one policy for every input (no Rare, rare(), cta_needs_rare())
 
   struct Half {
     uint4 x[NT];  // [token tile]: this lane's 16 codes of chunk q

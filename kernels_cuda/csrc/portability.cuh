@@ -93,20 +93,7 @@ __device__ __forceinline__ float fp8d_warp_max(float v) {
   return v;
 }
 // Does any thread of the CTA hold p? A barrier: every thread of the CTA must call it.
-__device__ __forceinline__ bool fp8d_cta_any(bool p) {
-#if FP8D_IS_CUDA
-  return __syncthreads_or(p);
-#else
-  __shared__ int fp8d_any_flag;
-  if (threadIdx.x == 0) fp8d_any_flag = 0;
-  __syncthreads();
-  if (p) fp8d_any_flag = 1;
-  __syncthreads();
-  const bool r = fp8d_any_flag != 0;
-  __syncthreads();  // the flag may be reset by the next call
-  return r;
-#endif
-}
+__device__ __forceinline__ bool fp8d_cta_any(bool p) { return __syncthreads_or(p); }
 
 // The weights are read once per call: the non-coherent path (LDG.E.128.CONSTANT) with no L1 allocation.
 __device__ __forceinline__ uint4 fp8d_load128(const void* p) {

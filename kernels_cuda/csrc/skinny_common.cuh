@@ -104,7 +104,7 @@ struct Fp8dSmemLayout {
 //   kUniformScale / uniform_scale()  one output scale for the whole call
 //   kRowScale / row_scale(row)       a per-output-row scale
 //   kTokScale / tok_scale(tok)       a per-token scale (multiplied as tok_scale * row_scale)
-//   kHasRare / cta_needs_rare(n0) / rare()
+//   kHasRare / cta_needs_rare(n0) / rare()   (the last two and Rare only when kHasRare)
 //                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
 //                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
 //                                    loop: a branch inside the loop would split its instruction schedule

@@ -5,9 +5,10 @@ The kernels compile at first launch, one module per configuration, in the callin
 autotune another minute, out of a 30-minute device budget. Compiling the same modules up front on all cores
 takes a fraction of that, and the run then finds every module in the content-addressed cache.
 
-The cache keys must be the ones the launchers compute, so the defines are not rebuilt here: each worker calls the
-launcher's own spec functions (`kernels_cuda._launch._gemv_spec`, `_act_quant_launches`) with the module loader
-replaced by a compile. No GPU is touched; NVRTC alone runs (it works on a CPU-only machine too).
+The cache key of a module is (source, defines, arch, NVRTC version): the launchers name their modules through
+`kernels_cuda._launch.gemv_module` / `act_quant_module` / `dequant_module`, and this tool compiles exactly what
+those return, so the run then finds every module in the content-addressed cache. No GPU is touched; NVRTC alone
+runs (it works on a CPU-only machine too).
 
     python -m tools.perf.precompile_cuda                      # sm_90: native, compute_80 and emulated-MMA paths
     python -m tools.perf.precompile_cuda --paths native --jobs 16
@@ -17,33 +18,30 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import os
 import sys
 import time
 from typing import Any
-from unittest import mock
 
 PATHS = ("native", "sm80", "emulated")
 # One M per token-tile count (1, 2, 4 MMA column tiles of 8 tokens)
 TOKEN_TILE_MS = (1, 9, 17)
 
 
-def _compile_only(name: str, entry: str, defines: tuple, device: int, arch: str) -> None:
-    from kernels_cuda import compiler
-
-    compiler.compile_module(name, arch, dict(defines))
-
-
-def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[Any, ...]]:
-    """(kind, args) work items: every GEMV module (family x scale layout x x dtype x token tiles x row tiles x
-    register ring that fits) and the activation-quantizer module, on each path."""
+def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, tuple, str]]:
+    """(kind, source, defines, arch) work items: every GEMV module (family x scale layout x x dtype x token tiles x
+    row tiles x register ring that fits), the activation-quantizer module and the dequant modules (layout x
+    chunks per thread of the configs the candidate tunes), on each path."""
     import torch
 
     from dispatch.formats import ActGranularity, Format
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
+    from kernels_cuda.candidates import DEQUANT_CONFIGS
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
-    out: list[tuple[Any, ...]] = []
+    out: list[tuple[str, str, tuple, str]] = []
     for path in paths:
         a = "compute_80" if path == "sm80" else arch
         emulate = path == "emulated"
@@ -54,24 +52,25 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[Any, ...]]
                     for xdt in (torch.bfloat16, torch.float16):
                         if fmt is Format.MXFP8 and xdt == torch.float16:
                             continue  # refused by the launcher (2^e scales leave f16's range)
-                        out.append(("gemv", False, SCALE_CODE[fmt], DTYPE_CODE[xdt], m, cfg, a, emulate))
+                        name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[xdt], m, cfg, emulate)
+                        out.append(("gemv", name, d, a))
                 for g in ActGranularity:
-                    out.append(("gemv", True, ACTQ_CODE[g], 0, m, cfg, a, emulate))
-        if not emulate:  # the quantizers have no MMA to emulate; one module holds every granularity's entry
-            out.append(("act_quant", ActGranularity.PER_TENSOR, a))
+                    name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate)
+                    out.append(("gemv", name, d, a))
+        if not emulate:  # the quantizers and the dequant kernel have no MMA to emulate
+            out.append(("act_quant", *act_quant_module(), a))
+            for fmt in Format:
+                for chunks in sorted({c.chunks for c in DEQUANT_CONFIGS}):
+                    name, _, d = dequant_module(fmt, dataclasses.replace(DEQUANT_CONFIGS[0], chunks=chunks))
+                    out.append(("dequant", name, d, a))
     return out
 
 
-def _run(item: tuple[Any, ...]) -> str:
-    from kernels_cuda import _launch
+def _run(item: tuple[str, str, tuple, str]) -> str:
+    from kernels_cuda import compiler
 
-    with mock.patch.object(_launch, "_kernel", _compile_only):
-        if item[0] == "gemv":
-            _, w8a8, kind, xk, m, cfg, arch, emulate = item
-            _launch._gemv_spec.__wrapped__(w8a8, kind, xk, m, 1, cfg, 0, arch, emulate, False)
-        else:
-            _, g, arch = item
-            _launch._act_quant_launches.__wrapped__(1, 4096, g, 0, arch, False)
+    _, name, defines, arch = item
+    compiler.compile_module(name, arch, dict(defines))
     return ""
 
 

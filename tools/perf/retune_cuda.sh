@@ -5,14 +5,15 @@
 # 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried; the
 #    CUDA GEMVs with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
 #    with DECODE_CONFIGS (2);
-# 2. cuda.dequant_cublas alone on its mxfp8 keys at M = 256..4096 (the dequant kernel did not change, only the
-#    hash of the shared headers and launcher, so the other candidates' old times still compare);
+# 2. cuda.dequant_cublas alone on its mxfp8 keys at M = 256..4096, DEQUANT_CONFIGS_N (4: all) of its configs (the
+#    other candidates there hash no CUDA source, so their old times still compare);
 # 3. with TRITON_GEMV64=1 (session 4: kernels_triton/configs.py changed too) every candidate on the one Triton
 #    GEMV key (fp8_row 128256x4096, M = 64);
-# 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16.
+# 4. merge_tables --drop-stale (refuses if a dropped key was not re-tuned), 5. the bench at M = 1, 4, 16,
+# (BENCH=0 skips 5), 6. the dequant kernel alone against the copy rate of the same run (python -m kernels_cuda.perf --dequant).
 # First every CUDA kernel module is compiled on all cores (tools/perf/precompile_cuda.py).
-# STEP=decode runs the CUDA kernel GPU tests and step 1 only (one device call of ~6 min); STEP=finish runs
-# steps 2-5 on the decode table T_DECODE of an earlier STEP=decode call (carried into the checkout).
+# STEP=all and STEP=decode first run the CUDA kernel GPU tests (TESTS=0 skips them); STEP=decode then step 1 only;
+# STEP=finish runs steps 2-6 on the decode table T_DECODE of an earlier STEP=decode call (carried into the checkout).
 # Returned: $OUT/nvidia_h200.yaml (the merged table; STEP=decode: $OUT/t_decode.yaml) and $OUT/retune.tgz
 # (everything; the device tool returns a limited number of files, so the work happens in a temporary directory).
 source "$(dirname "$0")/device_env.sh"; DEST=$OUT; OUT=$(mktemp -d); mkdir -p "$OUT/tables"; fp8d_record_env "$OUT/env.txt" > /dev/null
@@ -22,9 +23,10 @@ t0=$(date +%s); tables=("$OUT/t_decode.yaml" "$OUT/t_dequant.yaml")
 timeout ${PRECOMPILE_TIMEOUT:-120} python3 -m tools.perf.precompile_cuda --paths ${PRECOMPILE_PATHS:-native,sm80,emulated} > "$OUT/precompile.log" 2>&1
 echo "precompile rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/precompile.log")"
 if [ "$STEP" != finish ]; then
-  if [ "$STEP" = decode ]; then
-    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py > "$OUT/gpu_tests.log" 2>&1
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py > "$OUT/gpu_tests.log" 2>&1
     echo "CUDA kernel tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/gpu_tests.log")"
+    grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
   fi
   $AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
     --max-configs-for cuda.w8a16_gemv=${GEMV_CONFIGS:-0} cuda.w8a8_gemv=${GEMV_CONFIGS:-0} \
@@ -36,7 +38,7 @@ if [ "$STEP" != finish ]; then
 else
   cp "${T_DECODE:?STEP=finish needs T_DECODE, the table of a STEP=decode call}" "$OUT/t_decode.yaml"
 fi
-$AT --shapes baseline --m 256,1024,4096 --formats mxfp8 --only cuda.dequant_cublas --max-configs 2 \
+$AT --shapes baseline --m 256,1024,4096 --formats mxfp8 --only cuda.dequant_cublas --max-configs ${DEQUANT_CONFIGS_N:-4} \
   --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
 echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"
 if [ "${TRITON_GEMV64:-0}" = 1 ]; then
@@ -46,8 +48,13 @@ fi
 python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "${tables[@]}" --drop-stale \
   --out "$OUT/tables/nvidia_h200.yaml" 2>&1 | tail -8 | tee "$OUT/merge.log"
 cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null  # now, so a run cut short in the bench still returns it
-python3 -m tools.bench --what main,overhead --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
-  --no-candidates --tables "$OUT/tables" --budget-s ${BENCH_BUDGET:-100} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
-echo "bench rc=$? $(( $(date +%s) - t0 )) s"
-tail -30 "$OUT/bench.log"
+if [ "${BENCH:-1}" = 1 ]; then
+  python3 -m tools.bench --what main,overhead --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
+    --no-candidates --tables "$OUT/tables" --budget-s ${BENCH_BUDGET:-100} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? $(( $(date +%s) - t0 )) s"
+  tail -30 "$OUT/bench.log"
+fi
+cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
+timeout ${DQ_PERF_TIMEOUT:-100} python3 -m kernels_cuda.perf --dequant > "$OUT/dequant_perf.log" 2>&1
+echo "dequant perf rc=$? $(( $(date +%s) - t0 )) s"; tail -40 "$OUT/dequant_perf.log"
 cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
