@@ -48,17 +48,17 @@ __device__ __forceinline__ void dequant16(const uint4 c, long long i0, long long
 }
 
 // K % 16 == 0: the weight is a stream of 16-code chunks (a chunk never straddles a row, a 128-block or an MX
-// group). Each thread owns CHUNKS of them, one grid stride apart (every load instruction of a warp reads 512
-// contiguous bytes), and issues all CHUNKS 16-byte loads before it decodes any: CHUNKS x 16 bytes in flight per
-// thread, which is what a pure stream needs to approach the copy rate (one chunk per thread, the first version,
-// reached 73-89 % on the H200). The launcher sizes the grid so that one pass covers the weight.
+// group). A CTA owns threads x CHUNKS consecutive chunks; each thread issues its CHUNKS 16-byte loads (blockDim
+// chunks apart: every warp instruction reads 512 contiguous bytes) before it decodes any, so 16 x CHUNKS bytes are in
+// flight per thread. Spreading a thread's chunks a whole grid apart instead measured 60-70 % of the copy rate on
+// the H200 against 80-90 % for one chunk per thread (2026-11-29, session 7): keep each CTA's span contiguous.
 template <int SCALE, int CHUNKS>
 __device__ __forceinline__ void dequant_chunks(const uint8_t* __restrict__ w, const void* __restrict__ scale,
                                                void* __restrict__ out, int N, int K, int out_kind) {
   const unsigned cpr = (unsigned)K / 16u;
   const long long chunks = (long long)N * cpr;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long stride = blockDim.x;
+  const long long first = (long long)blockIdx.x * blockDim.x * CHUNKS + threadIdx.x;
 #ifdef FP8D_DQ_FORCE_WIDE
   const bool narrow = false;  // tests: the 64-bit index path on a weight small enough to run
 #else
