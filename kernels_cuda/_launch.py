@@ -114,11 +114,8 @@ def act_quant_module(force_sw_cvt: bool = False) -> tuple[str, tuple[tuple[str, 
     return "act_quant.cu", tuple(sorted(_extra_defines(False, force_sw_cvt).items()))
 
 
-def dequant_module(fmt: Format, cfg: DequantConfig, force_sw_cvt: bool = False,
-                   force_wide_index: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
-    d = {"FP8D_CFG_SCALE": SCALE_CODE[fmt], "FP8D_CFG_DQ_CHUNKS": cfg.chunks, **_extra_defines(False, force_sw_cvt)}
-    if force_wide_index:
-        d["FP8D_DQ_FORCE_WIDE"] = 1
+def dequant_module(fmt: Format, force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+    d = {"FP8D_CFG_SCALE": SCALE_CODE[fmt], **_extra_defines(False, force_sw_cvt)}
     return "dequant.cu", "fp8d_dequant", tuple(sorted(d.items()))
 
 
@@ -289,17 +286,16 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
 
 
 def dequant_geometry(n: int, k: int, cfg: DequantConfig) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block) of csrc/dequant.cu: with K % 16 == 0, one pass of `cfg.chunks` 16-code chunks per thread
-    covers the weight; otherwise the scalar grid-stride loop (grid capped, the loop covers the rest)."""
+    """(grid, block) of csrc/dequant.cu: one 16-code chunk per thread when K % 16 == 0, else the scalar
+    grid-stride loop (grid capped, the loop covers the rest)."""
     if k % 16 == 0:
-        return (max(1, math.ceil(n * k // 16 / (cfg.threads * cfg.chunks))), 1, 1), (cfg.threads, 1, 1)
+        return (max(1, math.ceil(n * k // 16 / cfg.threads)), 1, 1), (cfg.threads, 1, 1)
     return (max(1, min(math.ceil(n * k / cfg.threads), 65535 * 16)), 1, 1), (cfg.threads, 1, 1)
 
 
 def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: DequantConfig | None = None, *,
-               arch: str | None = None, force_sw_cvt: bool = False, force_wide_index: bool = False) -> torch.Tensor:
-    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs. force_wide_index (tests): the 64-bit row
-    division that only weights of more than 2^32 16-code chunks take."""
+               arch: str | None = None, force_sw_cvt: bool = False) -> torch.Tensor:
+    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs."""
     if dtype not in (torch.bfloat16, torch.float16):
         raise UnsupportedError(f"the dequant kernel writes bf16 or fp16, got {dtype}")
     if qw.device.type != "cuda":
@@ -310,7 +306,6 @@ def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: Dequant
     scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
     grid, block = dequant_geometry(n, k, cfg)
     arch = arch or device_arch(qw.device.index or 0)
-    _driver.launch(_kernel(*dequant_module(qw.format, cfg, force_sw_cvt, force_wide_index), qw.device.index or 0,
-                                           arch), grid, block,
+    _driver.launch(_kernel(*dequant_module(qw.format, force_sw_cvt), qw.device.index or 0, arch), grid, block,
                    (ptr(qw.qdata), ptr(scale), ptr(out), int(n), int(k), int(DTYPE_CODE[dtype])))
     return out

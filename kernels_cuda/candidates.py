@@ -138,8 +138,8 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
 DEQUANT_CUBLAS_MIN_M = MAX_M + 1  # 33: every M the GEMVs do not serve (bucket 64 starts at 33)
 
 
-# The dequant kernel's tuning space, default first (16 x chunks bytes of codes in flight per thread).
-DEQUANT_CONFIGS = (DequantConfig(256, 4), DequantConfig(256, 2), DequantConfig(128, 4), DequantConfig(256, 1))
+# The dequant kernel's tuning space, default first.
+DEQUANT_CONFIGS = (DequantConfig(256), DequantConfig(128))
 
 
 class CudaDequantCublas(_CudaCandidate):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dispatch.formats import Act
+from dispatch.formats import Act, Format
 from dispatch.problem import KernelConfig, Problem
 from dispatch.target import Target
 
@@ -25,6 +25,14 @@ LONG_K = 16384  # default_gemv_config: K from which 8 warps split K regardless o
 # (ptxas -v via NVRTC 13.0 on sm_80, sm_89 and sm_90; tests/test_cuda_compile.py compiles each bound). Missing
 # pairs do not fit at any depth.
 _DEEPEST_RING = {(1, 1): 4, (1, 2): 1, (2, 1): 3, (2, 2): 1, (4, 1): 1}
+
+
+# (activation, format) pairs whose GEMV with one token tile, one row tile and a ring of 1 fits 80 registers a thread
+# (ptxas via NVRTC 13.0: 70-76 on sm_90, <= 78 on sm_80 / sm_89; tests/test_cuda_compile.py checks both ways), i.e.
+# three 8-warp CTAs per SM instead of the two that deeper rings leave room for. mxfp8 (92) and W8A8 fp8_block
+# (84 on sm_90) do not fit.
+THREE_CTAS_AT_RING_1 = frozenset({(Act.BF16, Format.FP8_TENSOR), (Act.BF16, Format.FP8_ROW),
+                                  (Act.BF16, Format.FP8_BLOCK), (Act.FP8, Format.FP8_TENSOR), (Act.FP8, Format.FP8_ROW)})
 
 
 def token_tiles(m: int) -> int:
@@ -88,7 +96,10 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     - mtiles = 2 only for bf16/fp16 activations at M > 8 on large N (each CTA re-reads all of x: two row tiles
       halve that traffic; the W8A16 M = 16 winner at 28672x4096), 1 otherwise;
     - unroll: the deepest ring that fits, but no deeper than the warp's share of K steps (all of them in
-      flight at once when they fit: 4 of 4 at K = 4096 with 8 warps)."""
+      flight at once when they fit: 4 of 4 at K = 4096 with 8 warps) -- except where 8-warp CTAs overflow one wave
+      at two per SM but fit one at three (2 x SMs < N / 16 <= 3 x SMs) and a ring of 1 leaves room for the third
+      (THREE_CTAS_AT_RING_1): there one wave beats the deeper ring (5120x25600 fp8_row/bf16 M = 1 on the H200:
+      37.5 us with a ring of 1, 47.4 us with 4; mxfp8, whose ring of 1 still takes 92 registers, keeps 4)."""
     sms = max(target.sm_count, 1)
     m = min(max(problem.m, 1), MAX_M)
     tiles16 = math.ceil(problem.n / 16)
@@ -97,6 +108,9 @@ def default_gemv_config(problem: Problem, target: Target) -> GemvConfig:
     if problem.act is Act.BF16 and token_tiles(m) >= 2 and tiles16 >= 8 * sms and deepest_ring(m, 2) > 0:
         mtiles = 2
     unroll = max(1, min(deepest_ring(m, mtiles), _steps_per_warp(problem.k, warps)))
+    if (warps == 8 and mtiles == 1 and token_tiles(m) == 1 and 2 * sms < tiles16 <= 3 * sms
+            and (problem.act, problem.fmt) in THREE_CTAS_AT_RING_1):
+        unroll = 1
     return GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
 
 
@@ -121,14 +135,12 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class DequantConfig(KernelConfig):
-    """csrc/dequant.cu: `threads` per CTA, and `chunks` 16-code chunks per thread, all loaded before any is
-    decoded (16 x chunks bytes of codes in flight per thread)."""
+    """csrc/dequant.cu: `threads` per CTA, each thread one 16-code chunk (K % 16 == 0). More chunks per thread
+    (all loaded before any is decoded) measured 60-70 % of the copy rate on the H200 against 80-94 % for one
+    (session 7, docs/perf/h200_dequant_ab_2026-11-29_s7.md)."""
 
     threads: int = 256
-    chunks: int = 4
 
     def __post_init__(self) -> None:
         if self.threads not in (128, 256):
             raise ValueError(f"DequantConfig.threads must be 128 or 256 (the kernel's launch bound), got {self.threads}")
-        if self.chunks not in (1, 2, 4):  # 8 spills on sm_80 (ptxas via NVRTC 13.0)
-            raise ValueError(f"DequantConfig.chunks must be 1, 2 or 4, got {self.chunks}")

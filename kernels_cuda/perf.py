@@ -123,9 +123,9 @@ def dequant_main(args) -> None:
     print(f"copy rate measured in this run: {copy:.1f} GB/s (read + write)")
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.shapes.split(",")] if args.shapes else \
         BW_SHAPES + SPEED_SHAPES
-    print("columns: threads x chunks per thread of the dequant kernel; 'torch .to' is torch's own fp8 -> bf16 conversion "
+    print("columns: threads per CTA of the dequant kernel; 'torch .to' is torch's own fp8 -> bf16 conversion "
           "of the same codes (the same bytes read and written, no scale): what a generic elementwise kernel reaches")
-    print(f"{'N':>7} {'K':>6} {'fmt':>10} " + " ".join(f"{f'{c.threads}x{c.chunks}':>15}" for c in DEQUANT_CONFIGS)
+    print(f"{'N':>7} {'K':>6} {'fmt':>10} " + " ".join(f"{f'{c.threads} threads':>15}" for c in DEQUANT_CONFIGS)
           + f" {'torch .to':>15}")
     best: list[float] = []
     for n, k in shapes:
@@ -153,7 +153,7 @@ def dequant_main(args) -> None:
             del qws
         torch.cuda.empty_cache()
     print(f"best config >= 85 % of copy: {sum(p >= 85 for p in best)} of {len(best)} (shape x format); "
-          f"default config ({DEQUANT_CONFIGS[0].threads}x{DEQUANT_CONFIGS[0].chunks}) is the first column")
+          f"default config ({DEQUANT_CONFIGS[0].threads} threads) is the first column")
 
 
 if __name__ == "__main__":

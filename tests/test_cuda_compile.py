@@ -252,6 +252,10 @@ def test_config_space():
     # long K: 8 warps even past one wave (5120x25600 on the H200), 4 below it at the same N
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t).warps == 8
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 8192), t).warps == 4
+    # ... and where three CTAs per SM make one wave, the ring of 1 that leaves room for the third (not for mxfp8)
+    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 1)
+    assert default_gemv_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 4)
+    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600), t).unroll > 1
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
@@ -652,3 +656,29 @@ def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
     _launch._gemv_spec.__wrapped__(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 9, 4096, cfg, 0,
                                    "sm_90", False, False)  # a module not precompiled: compiled now
     assert seen[-1] is False
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
+def test_three_ctas_at_ring_1_matches_ptxas(arch):
+    """configs.THREE_CTAS_AT_RING_1 (what default_gemv_config's one-wave rule relies on) is what ptxas does: the
+    listed pairs fit 80 registers a thread at one token tile, one row tile and a ring of 1 (three 8-warp CTAs per
+    SM) on every target; the unlisted ones do not on sm_90."""
+    _nvrtc_or_skip()
+    from dispatch.formats import ActGranularity
+    from kernels_cuda import _launch, compiler
+    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda.configs import THREE_CTAS_AT_RING_1, GemvConfig
+
+    actq = {Format.FP8_TENSOR: ActGranularity.PER_TENSOR, Format.FP8_ROW: ActGranularity.PER_TOKEN,
+            Format.FP8_BLOCK: ActGranularity.PER_TOKEN_GROUP_128}
+    pairs = [(Act.BF16, f) for f in Format] + [(Act.FP8, f) for f in actq]
+    for act, fmt in pairs:
+        if act is Act.BF16:
+            key = _launch.gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], 1, GemvConfig(8, 1, 1))
+        else:
+            key = _launch.gemv_module(True, ACTQ_CODE[actq[fmt]], 0, 1, GemvConfig(8, 1, 1))
+        regs = compiler.ptxas_resources(compiler.compile_module(key[0], arch, dict(key[2])).log)["registers"]
+        if (act, fmt) in THREE_CTAS_AT_RING_1:
+            assert regs <= 80, (arch, act, fmt, regs)
+        elif arch == "sm_90":
+            assert regs > 80, (arch, act, fmt, regs)

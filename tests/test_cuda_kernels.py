@@ -274,8 +274,8 @@ def test_act_quant_per_tensor_nan_in_one_cta_share_reaches_all(launch, m):
 @pytest.mark.parametrize("fmt", list(Format))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dequant_bit_identical(launch, fmt, dtype, arch):
-    """Every tuned config (chunks per thread) and the 64-bit index path, on shapes whose chunk count is not a
-    multiple of the grid's pass (tails), K not a multiple of 16 (the scalar path), and rows crossing blocks."""
+    """Every tuned config, on shapes whose chunk count is not a multiple of the CTA (tails), K not a multiple of 16
+    (the scalar path), and rows crossing blocks."""
     from kernels_cuda.candidates import DEQUANT_CONFIGS
 
     for i, (n, k) in enumerate([(256, 4096), (300, 1040), (33, 100), (129, 576), (1000, 2064)]):
@@ -284,8 +284,6 @@ def test_dequant_bit_identical(launch, fmt, dtype, arch):
         for cfg in DEQUANT_CONFIGS:
             got = launch.dequantize(qw, dtype, cfg, arch=arch)
             assert torch.equal(got, want), f"{fmt} [{n}, {k}] {dtype} {cfg}"
-        got = launch.dequantize(qw, dtype, DEQUANT_CONFIGS[0], arch=arch, force_wide_index=True)
-        assert torch.equal(got, want), f"{fmt} [{n}, {k}] {dtype} 64-bit index path"
 
 
 @pytest.mark.parametrize("arch", [None, "compute_80"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import dataclasses
 import os
 import sys
 import time
@@ -31,14 +30,13 @@ TOKEN_TILE_MS = (1, 9, 17)
 
 def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, tuple, str]]:
     """(kind, source, defines, arch) work items: every GEMV module (family x scale layout x x dtype x token tiles x
-    row tiles x register ring that fits), the activation-quantizer module and the dequant modules (layout x
-    chunks per thread of the configs the candidate tunes), on each path."""
+    row tiles x register ring that fits), the activation-quantizer module and the dequant modules (one per
+    scale layout), on each path."""
     import torch
 
     from dispatch.formats import ActGranularity, Format
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
-    from kernels_cuda.candidates import DEQUANT_CONFIGS
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
     out: list[tuple[str, str, tuple, str]] = []
@@ -60,9 +58,8 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
         if not emulate:  # the quantizers and the dequant kernel have no MMA to emulate
             out.append(("act_quant", *act_quant_module(), a))
             for fmt in Format:
-                for chunks in sorted({c.chunks for c in DEQUANT_CONFIGS}):
-                    name, _, d = dequant_module(fmt, dataclasses.replace(DEQUANT_CONFIGS[0], chunks=chunks))
-                    out.append(("dequant", name, d, a))
+                name, _, d = dequant_module(fmt)
+                out.append(("dequant", name, d, a))
     return out
 
 
