@@ -13,10 +13,12 @@ MC="--max-configs-for triton.w8a16_gemm=${GEMM_CONFIGS:-8} triton.w8a8_gemm=${GE
 t0=$(date +%s)
 $AT $MC --m 64,256,1024,4096 --formats fp8_row:bf16 --table "$W/t_row.yaml" --out "$W/at_row" > "$W/at_row.log" 2>&1
 echo "fp8_row/bf16 rc=$? $(( $(date +%s) - t0 )) s"
-$AT $MC --m 16,64,256 --formats mxfp8,fp8_block:fp8,fp8_row:fp8,fp8_tensor:fp8 --table "$W/t_w8a8.yaml" --out "$W/at_w8a8" \
+$AT $MC --m 64,256 --formats mxfp8,fp8_block:fp8,fp8_row:fp8,fp8_tensor:fp8 --table "$W/t_w8a8.yaml" --out "$W/at_w8a8" \
   > "$W/at_w8a8.log" 2>&1
-echo "W8A8 + mxfp8 rc=$? $(( $(date +%s) - t0 )) s"
-python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "$W/t_row.yaml" "$W/t_w8a8.yaml" --drop-stale \
+echo "W8A8 + mxfp8 at M = 64, 256 rc=$? $(( $(date +%s) - t0 )) s"
+$AT $MC --m 16 --formats fp8_block:fp8,fp8_row:fp8 --table "$W/t_m16.yaml" --out "$W/at_m16" > "$W/at_m16.log" 2>&1
+echo "W8A8 at M = 16 rc=$? $(( $(date +%s) - t0 )) s"
+python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "$W/t_row.yaml" "$W/t_w8a8.yaml" "$W/t_m16.yaml" --drop-stale \
   --out "$W/tables/nvidia_h200.yaml" 2>&1 | tail -6 | tee "$W/merge.log"
 cp "$W/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null
 python3 -m tools.bench --what main --shapes baseline --m 64,256,1024,4096 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
