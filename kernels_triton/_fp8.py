@@ -128,3 +128,70 @@ def amax_to_scale(amax):
     reference computes it. NaN amax stays NaN (propagates)."""
     a = tl.where(amax < AMAX_FLOOR, AMAX_FLOOR, amax)  # NaN < floor is False: NaN kept
     return tl.math.div_rn(a, tl.full(a.shape, 448.0, tl.float32))
+
+
+@triton.jit
+def e4m3_to_bf16_spread(codes):
+    """e4m3 codes (uint8) -> bf16 values, exact for every non-NaN code, in integer ops and one bf16x2 FMA per pair
+    (NVIDIA PTX only: not for HIP, not for the interpreter).
+
+    Triton lowers `fp8e4nv.to(bf16)` on sm_90 as F2FP (e4m3x2 -> f16x2) then one F2F.BF16.F16 per element; F2F
+    issues at a quarter of the ALU rate, and in the W8A16 GEMM's main loop it costs as many SM cycles as the wgmma
+    it feeds (32 per thread per 128 x 64 weight tile). This is kernels_cuda's fp8d_decode4_bf16x2_fast, the same
+    instructions: a sign-extending prmt puts two codes in two 16-bit halves, a shift and an AND place the 7
+    magnitude bits on bf16's exponent/mantissa fields (the value times 2^-120; e4m3 subnormals land on bf16
+    subnormals), and fma.rn.bf16x2 (no flush) by 2^120 plus -0 restores the value exactly. NaN codes read as
+    +-480, as in the CUDA GEMVs (dispatch.quantize and from_checkpoint never produce them).
+    """
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t, s, m, z;
+        cvt.u32.u16 t, $1;
+        prmt.b32 s, t, 0, 0x9180;
+        shl.b32 s, s, 4;
+        and.b32 s, s, 0x87f087f0;
+        mov.b32 m, 0x7b807b80;
+        mov.b32 z, 0x80008000;
+        fma.rn.bf16x2 $0, s, m, z;
+        }""",
+        constraints="=r,h",
+        args=[codes],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@triton.jit
+def e8m0_to_bf16(code):
+    """uint8 e8m0 codes -> 2^(code - 127) exactly as bf16 (bf16 has fp32's exponent range): the code shifted onto
+    the exponent field; code 0 is 2^-127, the bf16 subnormal 0x0040; code 255 is NaN."""
+    c = code.to(tl.int32)
+    bits = tl.where(c == 0, 0x0040, c << 7)
+    bits = tl.where(c == 255, 0x7FC0, bits)
+    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def e4m3_to_bf16_scaled(codes, scale):
+    """e4m3 codes (uint8) x bf16 powers of two -> bf16: e4m3_to_bf16_spread, then one bf16x2 FMA by the scale with
+    a -0 addend (one rounding of code x 2^e, as the fp32 product rounded to bf16 gives it: subnormal results
+    kept, overflow to inf, a NaN scale gives NaN). NVIDIA PTX only."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t, s, m, z;
+        cvt.u32.u16 t, $1;
+        prmt.b32 s, t, 0, 0x9180;
+        shl.b32 s, s, 4;
+        and.b32 s, s, 0x87f087f0;
+        mov.b32 m, 0x7b807b80;
+        mov.b32 z, 0x80008000;
+        fma.rn.bf16x2 s, s, m, z;
+        fma.rn.bf16x2 $0, s, $2, z;
+        }""",
+        constraints="=r,h,r",
+        args=[codes, scale],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )

@@ -57,7 +57,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._fp8 import e4m3_to_f32, e8m0_to_f32
+from ._fp8 import e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16, e8m0_to_f32
 
 # Mirrors of kernels_triton._gemm_layouts (Triton constexpr globals; the enums there are the source).
 _W_TENSOR: tl.constexpr = tl.constexpr(0)
@@ -144,10 +144,13 @@ def _load_k_tile(x_src, w_src, row_m0, row_n0, k0, offs_k, K, USE_TMA: tl.conste
 
 
 @triton.jit
-def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr):
+def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr, FAST_BF16: tl.constexpr = False):
     """e4m3 codes (fp8e4nv if HW_FP8, else uint8) -> exact values in DTYPE (bf16/fp16/fp32 hold every
-    e4m3 value exactly)."""
-    if HW_FP8:
+    e4m3 value exactly). FAST_BF16 (bf16 DTYPE on NVIDIA): _fp8.e4m3_to_bf16_spread instead of Triton's
+    conversion, whose per-element F2F.BF16.F16 holds the W8A16 GEMM at the F2F unit's rate."""
+    if FAST_BF16:
+        v = e4m3_to_bf16_spread(codes.to(tl.uint8, bitcast=True))
+    elif HW_FP8:
         v = codes.to(DTYPE)
     else:
         v = e4m3_to_f32(codes).to(DTYPE)
@@ -218,6 +221,7 @@ def _w8a16_gemm_kernel(
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
     DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FAST_BF16: tl.constexpr = False,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -260,11 +264,16 @@ def _w8a16_gemm_kernel(
             # (>= every BLOCK_K / 32), so the load is 4+ contiguous aligned bytes that the pipeliner
             # copies asynchronously; padded groups multiply weight codes that are masked to 0.
             e = tl.load(ws_row[:, None] + (k0 // _MX + offs_g)[None, :])
-            s = tl.reshape(tl.broadcast_to(e8m0_to_f32(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
-                           (BLOCK_N, BLOCK_K))
-            w = (_decode_codes(codes, HW_FP8, tl.float32) * s).to(DTYPE)
+            if FAST_BF16:  # the same single rounding of code x 2^e, in bf16x2 FMAs (_fp8.e4m3_to_bf16_scaled)
+                sb = tl.reshape(tl.broadcast_to(e8m0_to_bf16(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
+                                (BLOCK_N, BLOCK_K))
+                w = e4m3_to_bf16_scaled(codes.to(tl.uint8, bitcast=True), sb)
+            else:
+                s = tl.reshape(tl.broadcast_to(e8m0_to_f32(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
+                               (BLOCK_N, BLOCK_K))
+                w = (_decode_codes(codes, HW_FP8, tl.float32) * s).to(DTYPE)
         else:
-            w = _decode_codes(codes, HW_FP8, DTYPE)
+            w = _decode_codes(codes, HW_FP8, DTYPE, FAST_BF16)
         if WSCALE == _W_BLOCK128:
             s = tl.load(ws_row + k0 // _BLOCK)
             acc += _mma(x, w, None, SWAP_AB, DOT_F32) * _per_n(s, SWAP_AB)

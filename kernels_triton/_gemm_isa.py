@@ -44,7 +44,9 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> I
     cx = {"WSCALE": int(wscale), "MX_PRESCALE": wscale is WScale.MX32 and x == "bf16", "HAS_BIAS": False,
           "HW_FP8": code == "fp8e4nv", "DOT_F32": False, "SWAP_AB": cfg.swap_ab, "USE_TMA": cfg.tma,
           "SPLIT": cfg.split_k != 1,
-          "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
+          "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
+          # as the launcher decides (_gemm_launch.fast_bf16_decode): NVIDIA targets, bf16 x, codes decoded alone
+          "FAST_BF16": target.arch.startswith("sm_") and x == "bf16"}
     name = (f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}"
             f"{',splitk' if cfg.split_k != 1 else ''}]")
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.

@@ -6,6 +6,8 @@ the config only (the split-K count on the SM count too), so a launch can be capt
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -17,6 +19,16 @@ from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
 
 X_DTYPES = (torch.bfloat16, torch.float16)
+# FP8DISPATCH_TRITON_FAST_BF16=0 restores Triton's own fp8 -> bf16 conversion in the W8A16 GEMM (the A/B switch of
+# the fast decode, _fp8.e4m3_to_bf16_spread); read once.
+FAST_BF16_DECODE = os.environ.get("FP8DISPATCH_TRITON_FAST_BF16", "1") != "0"
+
+
+def fast_bf16_decode(x_dtype: torch.dtype, dot_f32: bool) -> bool:
+    """Whether the W8A16 GEMM decodes its codes with _fp8.e4m3_to_bf16_spread / e4m3_to_bf16_scaled (NVIDIA PTX):
+    bf16 activations (every scale layout; MX multiplies by 2^e in the same bf16x2 FMAs), never the interpreter,
+    never ROCm."""
+    return FAST_BF16_DECODE and x_dtype == torch.bfloat16 and not dot_f32 and torch.version.hip is None
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _FP8 = torch.float8_e4m3fn
 
@@ -154,13 +166,15 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     y, part = _outputs(m, n, split, out_dtype, x.device)
     ws, stride_ws = _weight_scale_args(qw)
     xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
+    mx_prescale = wscale is WScale.MX32 and not fp16_x
     _w8a16_gemm_kernel[_grid(m, n, config, split)](
         xa, wa, ws, bias if bias is not None else y, y, part,
         m, n, k, split,
         x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
-        WSCALE=int(wscale), MX_PRESCALE=(wscale is WScale.MX32 and not fp16_x), HAS_BIAS=bias is not None,
+        WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=bias is not None,
         HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        FAST_BF16=fast_bf16_decode(x.dtype, dot_f32),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     _reduce_splits(part, bias, y, split)

@@ -217,7 +217,9 @@ def compile_and_inspect(v: IsaVariant) -> IsaRow:
         return IsaRow("triton", v.kernel, v.target, v.supported, False, error=f"{type(e).__name__}: {msg}")
     info = _inspect_cuda(ck) if v.target.startswith("sm_") else _inspect_hip(ck)
     hw = v.constexprs.get("HW_FP8")
-    if hw is False:
+    if v.constexprs.get("FAST_BF16"):
+        info["fp8_cvt"] = "sw (prmt+and, bf16x2 fma)"  # _fp8.e4m3_to_bf16_spread, by choice (faster than F2F)
+    elif hw is False:
         info["fp8_cvt"] = "sw (uint8 codes)"
     elif info["fp8_cvt"] == "sw":
         # fp8 typed, yet no conversion instruction: consumed directly by an fp8 MMA, or (gfx1201) Triton

@@ -272,3 +272,40 @@ def test_problem_act_and_fmt_tags_are_checked():
     prob = Problem(Format.FP8_ROW, Act.FP8, 64, 256, 256)
     with pytest.raises(dispatch.FormatError):
         a8.run(x, qw, None, None, torch.bfloat16, a8.default_config(prob, tgt))
+
+
+@pytest.mark.parametrize("hw", [True, False], ids=["hw_fp8", "sm80_path"])
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_row", "fp8_block", "mxfp8"])
+def test_w8a16_bf16_decode_is_exact_for_every_code(fmt, hw):
+    """The W8A16 GEMM's bf16 decode (_fp8.e4m3_to_bf16_spread unless FP8DISPATCH_TRITON_FAST_BF16=0) is exact for
+    every finite e4m3 code (mxfp8: under e8m0 codes 0..246 as well): with one-hot activations each output is one
+    decoded weight times its scale, rounded once, so y must equal dequantize(qw) rounded to bf16 exactly (subnormals
+    included; -0 sums with the +0 products to +0, so zeros compare by value). The first 8 configs of the target's
+    space (swap_ab and TMA variants among them)."""
+    from kernels_triton._gemm_launch import fast_bf16_decode
+
+    if hw and not detect(torch.device("cuda")).has_triton_fp8_dtype:
+        pytest.skip("no Triton fp8 type on this GPU")
+    assert fast_bf16_decode(torch.bfloat16, False) == (torch.version.hip is None and _launch().FAST_BF16_DECODE)
+    codes = torch.arange(256, device="cuda", dtype=torch.int32)
+    codes = codes[(codes & 0x7F) != 0x7F].to(torch.uint8)  # the 254 finite codes
+    n, k = 256, 256
+    q = codes.repeat((n * k + codes.numel() - 1) // codes.numel())[: n * k].view(n, k)
+    q = q[torch.randperm(n, device="cuda")]  # each 128-block sees many codes
+    g = torch.Generator(device="cuda").manual_seed(7)
+    if fmt == "fp8_tensor":
+        scale = torch.tensor(0.75, device="cuda")
+    elif fmt == "fp8_row":
+        scale = torch.exp2(torch.randint(-8, 8, (n,), device="cuda", generator=g).float()) * 1.25
+    elif fmt == "fp8_block":
+        scale = torch.exp2(torch.randint(-8, 8, (n // 128, k // 128), device="cuda", generator=g).float()) * 1.25
+    else:  # every e8m0 code that cannot overflow (448 x 2^119 < 2^128), 0 (2^-127: subnormal products) included
+        e = torch.arange(n * (k // 32), device="cuda") % 247
+        scale = e[torch.randperm(e.numel(), device="cuda")].view(n, k // 32).to(torch.uint8).view(torch.float8_e8m0fnu)
+    qw = dispatch.QWeight(Format(fmt), Act.BF16, q.view(torch.float8_e4m3fn), scale)
+    want = dispatch.dequantize(qw).to(torch.bfloat16).t()  # y[m, n] = w[n, m] for x = I
+    x = torch.eye(k, device="cuda", dtype=torch.bfloat16)
+    arch = _device_arch() if hw else "sm_80"
+    for cfg in _configs16(arch, fmt, torch.bfloat16)[:8]:
+        y = _launch().w8a16_gemm(x, qw, None, torch.bfloat16, cfg, hw_fp8=hw)
+        assert torch.equal(y.float(), want.float()), f"{fmt} {cfg}"
