@@ -6,7 +6,9 @@ when a (kernel, target) that the backend's support predicates declare supported 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +24,125 @@ class IsaRow:
     widest_load_bits: int = 0
     spills: int = 0  # bytes of local/scratch spill (0 is the goal)
     note: str = ""
+    wgmma_hazards: int = 0  # writes to registers an unfinished wgmma still reads (wgmma_register_hazards)
 
     @property
     def failed_supported(self) -> bool:
         return self.supported and not self.compiled
+
+    @property
+    def unsafe_supported(self) -> bool:
+        return self.supported and self.compiled and self.wgmma_hazards > 0
+
+
+# --- wgmma register hazards in SASS -------------------------------------------------------------------
+# An HGMMA (sm_90 wgmma) reads its register operands asynchronously: the A fragment (4 registers per thread
+# when A comes from registers) and the accumulators, until a WARPGROUP.DEPBAR.LE gsb0, N leaves at most N
+# of the newer groups in flight. ptxas before CUDA 13.3 (Triton 3.6 bundles 12.8; CUDA 13.0's has it too)
+# can re-allocate those registers before the wait (triton-lang/triton PR 11781): the tensor core then reads
+# whatever the next instructions wrote, nondeterministically. Observed on the H200 (2026-11-29, session 8)
+# as non-finite outputs from the Triton W8A16 GEMM at 2 CTAs per SM. The check below finds every such
+# write in the disassembly, statically.
+
+_SASS_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_SASS_REG = re.compile(r"^R(\d+)$")
+# Opcodes (before the first '.') whose first operand is not a general register they write.
+_NO_REG_DEST = frozenset((
+    "ST", "STS", "STG", "STL", "STSM", "RED", "BAR", "BRA", "BRX", "JMP", "CALL", "RET", "EXIT", "NOP", "DEPBAR",
+    "LDGDEPBAR", "WARPGROUP", "ARRIVES", "SYNCS", "MEMBAR", "FENCE", "ERRBAR", "CCTL", "BSSY", "BSYNC", "WARPSYNC",
+    "YIELD", "BPT", "LDGSTS", "ISETP", "FSETP", "HSETP2", "DSETP", "PLOP3", "R2UR", "PREEXIT", "ACQBULK", "UTMALDG",
+    "UTMASTG", "UTMACMDFLUSH", "UTMAPF", "UBLKCP", "ELECT",
+))
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaHazard:
+    at: int  # address of the instruction that writes
+    instruction: str
+    registers: tuple[int, ...]  # general registers written while an HGMMA may still read them
+    hgmma_at: int  # address of that HGMMA
+
+    def __str__(self) -> str:
+        regs = ",".join(f"R{r}" for r in self.registers)
+        return f"{self.at:#06x} {self.instruction}: writes {regs}, read by the HGMMA at {self.hgmma_at:#06x} before its wait"
+
+
+def _dest_width(op: str) -> int:
+    """General registers an instruction writes from its first operand on (conservative for wide forms)."""
+    if op.startswith(("IMAD.WIDE", "CS2R", "DADD", "DFMA", "DMUL", "MOV.64")):
+        return 2
+    m = re.search(r"\.(64|128)(?:\.|$)", op)
+    if m:
+        return int(m.group(1)) // 32
+    if op.startswith("LDSM"):
+        m = re.search(r"\.(\d)$", op)
+        return int(m.group(1)) if m else 4
+    return 1
+
+
+def _hgmma_operands(op: str, operands: list[str]) -> tuple[set[int], bool]:
+    """(registers the HGMMA reads asynchronously: accumulators and a register A fragment, commits a group)."""
+    regs: set[int] = set()
+    m = re.match(r"HGMMA\.64x(\d+)x\d+", op)
+    acc = _SASS_REG.match(operands[0]) if operands else None
+    if m and acc:  # 64 x N fp32 accumulators over 128 threads: N / 2 registers each
+        regs |= set(range(int(acc.group(1)), int(acc.group(1)) + int(m.group(1)) // 2))
+    a = _SASS_REG.match(operands[1]) if len(operands) > 1 else None
+    if a:  # A from registers: a 64 x (32 bytes) fragment, 4 registers per thread for every input type
+        regs |= set(range(int(a.group(1)), int(a.group(1)) + 4))
+    return regs, bool(operands) and "gsb0" in operands[-1]
+
+
+def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
+    """Writes to registers that an issued HGMMA may still read, in `cuobjdump -sass` text.
+
+    Walks the code in address order, and each loop body (a backward branch) once more with the state it
+    ends with, so a write at the top of the next iteration counts against the previous iteration's
+    HGMMAs. HGMMAs accumulate into a group until one carries gsb0 (the commit); WARPGROUP.DEPBAR.LE gsb0, N
+    retires all but the N newest groups. Chaining one HGMMA's accumulators into the next is not a write.
+    Conservative: a predicated write counts, and so does every general register a wide form may write."""
+    instrs = []
+    for m in _SASS_INSTR.finditer(sass):
+        text = m.group(2)
+        body = text.split(None, 1)[1] if text.startswith("@") else text
+        op, _, rest = body.partition(" ")
+        instrs.append((int(m.group(1), 16), op, [o.strip() for o in rest.split(",")] if rest else [], text))
+    index = {addr: i for i, (addr, *_) in enumerate(instrs)}
+    groups: collections.deque = collections.deque()
+    open_group: list = [set(), None]
+    found: dict[tuple[int, int], WgmmaHazard] = {}
+
+    def step(i: int) -> None:
+        addr, op, operands, text = instrs[i]
+        if op.startswith("HGMMA"):
+            regs, commit = _hgmma_operands(op, operands)
+            open_group[0] |= regs
+            open_group[1] = addr if open_group[1] is None else open_group[1]
+            if commit:
+                groups.append((frozenset(open_group[0]), open_group[1]))
+                open_group[0], open_group[1] = set(), None
+            return
+        if op.startswith("WARPGROUP.DEPBAR"):
+            keep = int(operands[-1], 0)
+            while len(groups) > keep:
+                groups.popleft()
+            return
+        base = op.split(".")[0]
+        dest = _SASS_REG.match(operands[0]) if operands else None
+        if base in _NO_REG_DEST or base.startswith("U") or not dest:
+            return
+        written = set(range(int(dest.group(1)), int(dest.group(1)) + _dest_width(op)))
+        pending = list(groups) + ([(open_group[0], open_group[1])] if open_group[1] is not None else [])
+        for regs, hgmma_at in pending:
+            hit = written & regs
+            if hit:
+                found.setdefault((addr, hgmma_at), WgmmaHazard(addr, text, tuple(sorted(hit)), hgmma_at))
+
+    for i, (addr, op, operands, _) in enumerate(instrs):
+        step(i)
+        if op == "BRA" and operands and operands[-1].startswith("0x"):
+            target = int(operands[-1], 16)
+            if target < addr and target in index:
+                for j in range(index[target], i + 1):
+                    step(j)
+    return sorted(found.values(), key=lambda h: (h.at, h.hgmma_at))

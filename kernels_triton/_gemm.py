@@ -158,6 +158,13 @@ def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr, FAST_BF16: t
 
 
 @triton.jit
+def _wgmma_wait_all(token):
+    """wgmma.wait_group 0: every wgmma issued so far has finished reading its register operands."""
+    tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n mov.b32 $0, $1;", "=r,r", [token],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _mma(a, w, acc, SWAP_AB: tl.constexpr, DOT_F32: tl.constexpr, PROMOTE_K: tl.constexpr = None):
     """acc + a @ w^T ([BM, BN]), or acc + w @ a^T ([BN, BM]) with SWAP_AB. a: [BM, BK], w: [BN, BK].
 
@@ -221,7 +228,7 @@ def _w8a16_gemm_kernel(
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
     DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FAST_BF16: tl.constexpr = False,
+    FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -255,6 +262,8 @@ def _w8a16_gemm_kernel(
         w_src += kt_lo * BLOCK_K
     for kt in range(kt_lo, kt_hi):
         k0 = kt * BLOCK_K
+        if WGMMA_DRAIN:
+            _wgmma_wait_all(k0)
         x, codes = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if WSCALE == _W_MX32 and MX_PRESCALE:
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16

@@ -46,7 +46,8 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> I
           "SPLIT": cfg.split_k != 1,
           "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
           # as the launcher decides (_gemm_launch.fast_bf16_decode): NVIDIA targets, bf16 x, codes decoded alone
-          "FAST_BF16": target.arch.startswith("sm_") and x == "bf16"}
+          "FAST_BF16": target.arch.startswith("sm_") and x == "bf16",
+          "WGMMA_DRAIN": target.has_wgmma}
     name = (f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}"
             f"{',splitk' if cfg.split_k != 1 else ''}]")
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.

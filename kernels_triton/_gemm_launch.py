@@ -13,14 +13,16 @@ import triton
 
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
+from dispatch.target import detect
 
 from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
 from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
 
 X_DTYPES = (torch.bfloat16, torch.float16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # FP8DISPATCH_TRITON_FAST_BF16=0 restores Triton's own fp8 -> bf16 conversion in the W8A16 GEMM (the A/B switch of
-# the fast decode, _fp8.e4m3_to_bf16_spread); read once.
+# the fast decode, _fp8.e4m3_to_bf16_spread; both are exact); read once.
 FAST_BF16_DECODE = os.environ.get("FP8DISPATCH_TRITON_FAST_BF16", "1") != "0"
 
 
@@ -29,7 +31,17 @@ def fast_bf16_decode(x_dtype: torch.dtype, dot_f32: bool) -> bool:
     bf16 activations (every scale layout; MX multiplies by 2^e in the same bf16x2 FMAs), never the interpreter,
     never ROCm."""
     return FAST_BF16_DECODE and x_dtype == torch.bfloat16 and not dot_f32 and torch.version.hip is None
-OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def wgmma_drain(device: torch.device, dot_f32: bool) -> bool:
+    """Whether the W8A16 GEMM waits for every wgmma at the top of each K step (WGMMA_DRAIN): on wgmma targets,
+    where its decoded weight is the instruction's register operand. Not a tuning choice but a correctness
+    fix: ptxas (Triton 3.6's 12.8, and 13.0) re-uses those registers for the next step's codes while the
+    previous step's wgmmas still read them (dispatch.isa.wgmma_register_hazards; measured on the H200 as
+    non-finite outputs at 2 CTAs per SM)."""
+    return not dot_f32 and detect(device).has_wgmma
+
+
 _FP8 = torch.float8_e4m3fn
 
 
@@ -97,7 +109,6 @@ def _tma_ok(t: torch.Tensor) -> bool:
 def _tma_target(device: torch.device) -> bool:
     if device.type == "cpu":  # the interpreter emulates descriptors (tests)
         return True
-    from dispatch.target import detect
     return detect(device).has_wgmma  # TMA arrived with sm_90, as wgmma did
 
 
@@ -174,7 +185,7 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
         WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=bias is not None,
         HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        FAST_BF16=fast_bf16_decode(x.dtype, dot_f32),
+        FAST_BF16=fast_bf16_decode(x.dtype, dot_f32), WGMMA_DRAIN=wgmma_drain(x.device, dot_f32),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     _reduce_splits(part, bias, y, split)

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Sequence
 
-from dispatch.isa import IsaRow
+from dispatch.isa import IsaRow, wgmma_register_hazards
 from dispatch.target import Target
 
 ISA_TARGETS = ("sm_80", "sm_89", "sm_90", "gfx1201")
@@ -173,19 +173,25 @@ def _inspect_cuda(ck) -> dict[str, Any]:
     widest = 0
     for v, b in _PTX_LD.findall(ptx):
         widest = max(widest, int(v or 1) * int(b))
-    spills = 0
+    spills, hazards = 0, 0
     try:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(ck.asm["cubin"])
             f.flush()
             res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
                                  text=True, timeout=60)
+            if mma.startswith("wgmma"):
+                sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                                      timeout=120, check=True).stdout
+                hazards = len(wgmma_register_hazards(sass))
         mm = re.search(r"LOCAL:(\d+)", res.stdout)
         spills = int(mm.group(1)) if mm else 0
     except (OSError, subprocess.SubprocessError):
         spills = -1
+        hazards = -1 if mma.startswith("wgmma") else 0
     parts = (["hw-dec"] if dec else []) + (["hw-enc"] if enc else []) + (["hw-enc-via-f16"] if enc16 else [])
-    return {"mma": mma, "fp8_cvt": "+".join(parts) or "sw", "widest_load_bits": widest, "spills": spills}
+    return {"mma": mma, "fp8_cvt": "+".join(parts) or "sw", "widest_load_bits": widest, "spills": spills,
+            "wgmma_hazards": hazards}
 
 
 def _inspect_hip(ck) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Ahead-of-time ISA report: every kernel variant x target -> compiled or the error, with the matrix
-instruction family, fp8 conversions (hardware / software), the widest global load and spills.
+instruction family, fp8 conversions (hardware / software), the widest global load, spills, and on wgmma
+kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards).
 
 Aggregates `isa_rows()` of kernels_triton.isa, kernels_cuda.isa and kernels_hip.isa (each when importable;
 a backend that cannot be imported is listed with the reason). Needs no GPU. Exits 1 when a (kernel, target)
-that its backend declares supported failed to compile, so CI catches a kernel that stopped building.
+that its backend declares supported failed to compile, or compiled with a wgmma register hazard, so CI
+catches a kernel that stopped building or that ptxas made racy.
 
     python tools/isa_report.py [--backend triton] [--target sm_90,gfx1201] [--jobs N] [--json out.json]
 """
@@ -44,12 +46,13 @@ def _collect(backend: str, module: str, targets, jobs):
 
 
 def _table(rows) -> str:
-    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "spills")
+    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "wgmma hz", "spills")
     lines = [head]
     for r in sorted(rows, key=lambda r: (r.backend, r.kernel, r.target)):
         result = "compiled" if r.compiled else f"ERROR: {r.error}"
         lines.append((r.backend, r.kernel, r.target, "yes" if r.supported else "no", result, r.mma or "-",
                       r.fp8_cvt or "-", f"{r.widest_load_bits}b" if r.compiled else "-",
+                      str(r.wgmma_hazards) if r.compiled and r.mma.startswith("wgmma") else "-",
                       str(r.spills) if r.compiled else "-"))
     widths = [min(60, max(len(x[i]) for x in lines)) for i in range(len(head) - 1)]
     out = []
@@ -80,14 +83,18 @@ def main(argv=None) -> int:
     for n in notes:
         print(f"note: {n}")
     failed = [r for r in rows if r.failed_supported]
+    unsafe = [r for r in rows if r.unsafe_supported]
     spilled = [r for r in rows if r.compiled and r.spills > 0]
     print(f"\n{len(rows)} rows, {sum(r.compiled for r in rows)} compiled, {len(failed)} supported-but-failed, "
-          f"{len(spilled)} with spills, {time.time() - t0:.0f} s")
+          f"{len(unsafe)} supported with wgmma register hazards, {len(spilled)} with spills, {time.time() - t0:.0f} s")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
     for r in failed:
         print(f"FAILED (supported): {r.backend} {r.kernel} on {r.target}: {r.error}", file=sys.stderr)
-    return 1 if failed else 0
+    for r in unsafe:
+        print(f"UNSAFE (supported): {r.backend} {r.kernel} on {r.target}: {r.wgmma_hazards} writes to registers an "
+              "unfinished wgmma reads (dispatch.isa.wgmma_register_hazards)", file=sys.stderr)
+    return 1 if failed or unsafe else 0
 
 
 if __name__ == "__main__":

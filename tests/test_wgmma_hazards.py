@@ -1,0 +1,135 @@
+"""The wgmma register-hazard check (dispatch.isa.wgmma_register_hazards) and the Triton W8A16 GEMM under it.
+
+An sm_90 HGMMA reads its register A fragment and accumulators asynchronously, until a WARPGROUP.DEPBAR
+retires it. ptxas before CUDA 13.3 may re-allocate those registers earlier (triton-lang/triton PR 11781).
+On the H200 (session 8) that gave non-finite outputs, nondeterministically, from the W8A16 GEMM at 2 CTAs per
+SM. The kernel's fix is WGMMA_DRAIN. These tests pin both the checker and the fix for every config the
+autotuner may choose, on the CPU: AOT compile for sm_90, disassemble, check.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+
+from dispatch.isa import wgmma_register_hazards
+
+triton = pytest.importorskip("triton")
+
+
+def _sass(lines: list[str]) -> str:
+    """cuobjdump-style text for instruction strings, 16 bytes apart from 0x0000."""
+    return "\n".join(f"        /*{16 * i:04x}*/                   {ins} ;  /* 0x0 */" for i, ins in enumerate(lines))
+
+
+def test_write_to_the_a_fragment_of_an_unretired_hgmma_is_a_hazard():
+    sass = _sass(["WARPGROUP.ARRIVE", "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR8], R24, gsb0",
+                  "LDS.U16 R90, [R16+UR11+0x10000]",  # R88..R91 is the A fragment
+                  "WARPGROUP.DEPBAR.LE gsb0, 0x0", "LDS.U16 R91, [R16+UR11+0x10000]"])
+    hz = wgmma_register_hazards(sass)
+    assert [(h.at, h.registers, h.hgmma_at) for h in hz] == [(0x20, (90,), 0x10)]
+
+
+def test_accumulators_are_guarded_too_but_chaining_is_not_a_write():
+    sass = _sass(["HGMMA.64x64x16.F32.BF16 R24, R88, gdesc[UR8], R24, gsb0",
+                  "HGMMA.64x64x16.F32.BF16 R24, R92, gdesc[UR8], R24, gsb0",  # chains the same accumulators
+                  "FADD R30, R30, 1",  # R24..R55 are the 64x64 fp32 accumulators
+                  "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # the newer group is still in flight
+                  "MOV R89, RZ",  # A fragment of the retired (older) group: safe
+                  "MOV R93, RZ"])  # A fragment of the newer one: not yet
+    got = [(h.at, h.registers, h.hgmma_at) for h in wgmma_register_hazards(sass)]
+    assert got == [(0x20, (30,), 0x00), (0x20, (30,), 0x10), (0x50, (93,), 0x10)]
+
+
+def test_the_next_iteration_of_a_loop_counts_against_the_last_hgmmas():
+    # The shape ptxas produced for the W8A16 GEMM: codes loaded at the loop top into the registers of an
+    # HGMMA that the previous iteration left in flight (DEPBAR.LE 1 keeps the newest group unretired).
+    body = ["LDS.U16 R92, [R16+UR11+0x10000]",
+            "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR8], R24, gsb0",
+            "HGMMA.64x128x16.F32.BF16 R24, R92, gdesc[UR8], R24, gsb0",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
+    racy = _sass(["MOV R1, RZ"] + body + ["@P0 BRA 0x10", "EXIT"])  # the loop top is 0x10
+    assert [(h.at, h.registers, h.hgmma_at) for h in wgmma_register_hazards(racy)] == [(0x10, (92,), 0x30)]
+    drained = _sass(["MOV R1, RZ", "WARPGROUP.DEPBAR.LE gsb0, 0x0"] + body + ["@P0 BRA 0x10", "EXIT"])
+    assert wgmma_register_hazards(drained) == []
+
+
+def test_shared_memory_operands_and_stores_are_not_register_writes():
+    sass = _sass(["HGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0",  # A from shared memory
+                  "STS [R88], R90", "ISETP.GE.AND P0, PT, R88, R2, PT", "LDS.U16 R88, [R2]",
+                  "WARPGROUP.DEPBAR.LE gsb0, 0x0"])
+    assert wgmma_register_hazards(sass) == []
+
+
+# --- the Triton W8A16 GEMM on sm_90 -------------------------------------------------------------------
+
+def _tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _hazards_of(args) -> tuple[str, int]:
+    """(variant name, hazard count) of one W8A16 GEMM config compiled for sm_90 (a worker process)."""
+    wscale_name, x, cfg_fields, drain = args
+    from dispatch.target import Target
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_isa import _w8a16_variant, compile_variant
+    from kernels_triton._gemm_layouts import WScale
+    cfg = GemmConfig(**cfg_fields)
+    v = _w8a16_variant(Target.simulated_for("sm_90"), WScale[wscale_name], x, cfg)
+    if drain is not None:
+        v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain))
+    ck = compile_variant(v)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    assert "HGMMA" in sass
+    return f"{wscale_name}/{x} {cfg}", len(wgmma_register_hazards(sass))
+
+
+# The config that gave non-finite outputs on the H200 (fp8_row at N = 28672 and 128256, 2 CTAs per SM).
+_RACY = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, swap_ab=True, tma=False,
+             split_k=0)
+
+
+def _ptxas_version() -> tuple[int, int]:
+    out = subprocess.run([_tool("ptxas"), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def test_the_racy_config_has_hazards_without_the_drain_and_none_with_it():
+    """The checker finds what ptxas did (while Triton bundles an affected ptxas), and WGMMA_DRAIN removes it."""
+    _, fixed = _hazards_of(("ROW", "bf16", _RACY, True))
+    assert fixed == 0
+    if _ptxas_version() >= (13, 3):
+        pytest.skip("this ptxas has NVIDIA's fix: the undrained kernel may be clean")
+    _, racy = _hazards_of(("ROW", "bf16", _RACY, False))
+    assert racy > 0
+
+
+@pytest.mark.slow
+def test_every_sm90_w8a16_config_is_free_of_wgmma_register_hazards():
+    """Each config of the W8A16 autotune space on sm_90 (what a table may name), as the launcher runs it.
+    TENSOR and ROW scales share their main loop (the scale is applied after it): ROW stands for both."""
+    from dispatch.target import Target
+    from kernels_triton._gemm_config import w8a16_configs
+    from kernels_triton._gemm_layouts import WScale
+    t = Target.simulated_for("sm_90")
+    jobs = []
+    for ws in (WScale.ROW, WScale.BLOCK128, WScale.MX32):
+        for x in ("bf16", "fp16"):
+            for cfg in w8a16_configs(t, ws, x == "fp16"):
+                jobs.append((ws.name, x, dataclasses.asdict(cfg), None))
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(_hazards_of, jobs))
+    bad = [f"{name}: {n} hazards" for name, n in results if n]
+    assert not bad, "\n".join(bad)
+    assert len(results) == len(jobs) > 50
