@@ -20,7 +20,7 @@ Shared structure:
     tiles alone are too few to fill the SMs (4096 x 4096 at M = 64 is 32-64 tiles for 132 SMs), so grid
     axis 1 splits the K tiles into SPLIT_K contiguous ranges. Each program stores its fp32 partial tile
     (weight tensor / row scales already applied: they are linear) to a workspace [SPLIT_K, M, N], and
-    `_gemv_kernels._gemv_reduce` sums the partials in split order, adds the bias and casts: deterministic,
+    `_splitk_reduce.splitk_reduce` sums the partials in split order, adds the bias and casts: deterministic,
     no atomics.
   - HW_FP8 (a constexpr): codes travel as fp8e4nv and convert in hardware (sm_89+, gfx12). Without it
     (sm_80: Triton rejects fp8e4nv even as a pointer type) they travel as uint8 and are decoded exactly
@@ -58,6 +58,7 @@ import triton
 import triton.language as tl
 
 from ._fp8 import e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16, e8m0_to_f32
+from ._wgmma import wait_all
 
 # Mirrors of kernels_triton._gemm_layouts (Triton constexpr globals; the enums there are the source).
 _W_TENSOR: tl.constexpr = tl.constexpr(0)
@@ -155,13 +156,6 @@ def _decode_codes(codes, HW_FP8: tl.constexpr, DTYPE: tl.constexpr, FAST_BF16: t
     else:
         v = e4m3_to_f32(codes).to(DTYPE)
     return v
-
-
-@triton.jit
-def _wgmma_wait_all(token):
-    """wgmma.wait_group 0: every wgmma issued so far has finished reading its register operands."""
-    tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n mov.b32 $0, $1;", "=r,r", [token],
-                              dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -263,7 +257,7 @@ def _w8a16_gemm_kernel(
     for kt in range(kt_lo, kt_hi):
         k0 = kt * BLOCK_K
         if WGMMA_DRAIN:
-            _wgmma_wait_all(k0)
+            wait_all(k0)
         x, codes = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if WSCALE == _W_MX32 and MX_PRESCALE:
             # 2^e of each element's 32-group along K, folded into the decoded weight (exact in bf16

@@ -148,10 +148,10 @@ def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tenso
     """y = sum of the split-K partials in split order (+ bias), cast: the GEMV's deterministic reduction."""
     if split == 1:
         return
-    from ._gemv_kernels import _gemv_reduce
+    from ._splitk_reduce import splitk_reduce
     m, n = y.shape
     rb = 256
-    _gemv_reduce[(triton.cdiv(n, rb), m)](part, bias if bias is not None else y, y, m, n, split, y.stride(0),
+    splitk_reduce[(triton.cdiv(n, rb), m)](part, bias if bias is not None else y, y, m, n, split, y.stride(0),
                                           HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
 
 

@@ -19,6 +19,7 @@ import torch
 
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Act, Format, QWeight
+from dispatch.target import detect
 
 from . import _act_quant
 from ._gemm_layouts import W8A16_LAYOUT, WScale
@@ -74,11 +75,13 @@ def kernel_group(cfg: GemvConfig, wscale: WScale) -> int:
 
 
 def gemv_constexprs(wscale: WScale, a_mode: int, cfg: GemvConfig, *, hw: bool, cvt: bool, ieee: bool,
-                    has_bias: bool, direct: bool) -> dict[str, Any]:
-    """The constexpr arguments of `_gemv_kernel` for one launch (the ISA report compiles the same ones)."""
+                    has_bias: bool, direct: bool, wgmma: bool) -> dict[str, Any]:
+    """The constexpr arguments of `_gemv_kernel` for one launch (the ISA report compiles the same ones). `wgmma`:
+    the target's tensor-core path is wgmma (sm_90), whose register operands the kernel must guard (_wgmma)."""
     return dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
                 HAS_BIAS=has_bias, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                BLOCK_K=cfg.block_k, G=kernel_group(cfg, wscale), NUM_STAGES=cfg.num_stages)
+                BLOCK_K=cfg.block_k, G=kernel_group(cfg, wscale), NUM_STAGES=cfg.num_stages,
+                WGMMA_DRAIN=wgmma and cfg.use_dot and not ieee)
 
 
 def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -112,13 +115,15 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg
         x_arg, xs_arg, w, ws, bias_arg, out, part,
         m, n, k, split,
         x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
-        **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct),
+        **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct,
+                          wgmma=not interpret and detect(x_arg.device).has_wgmma),
         num_warps=cfg.num_warps,
     )
     if not direct:
         rb = 256
-        kern._gemv_reduce[(triton_cdiv(n, rb), m)](part, bias_arg, out, m, n, split, out.stride(0),
-                                                   HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
+        from ._splitk_reduce import splitk_reduce
+        splitk_reduce[(triton_cdiv(n, rb), m)](part, bias_arg, out, m, n, split, out.stride(0),
+                                               HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
     return out
 
 

@@ -13,8 +13,11 @@ Two inner paths, chosen by the constexpr USE_DOT:
     operand. bf16/fp16 MMA on exactly decoded codes, W8A8 included (no fp8 MMA: sm_90 fp8 wgmma
     accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32.
 
-Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_gemv_reduce` sums them in a fixed
-order (deterministic: no atomics on the output), adding the bias and casting.
+Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_splitk_reduce.splitk_reduce` sums them
+in a fixed order (deterministic: no atomics on the output), adding the bias and casting.
+
+WGMMA_DRAIN (sm_90 tensor-core path): every wgmma retires at the top of each K tile (`_wgmma.wait_all`: ptxas
+re-uses the registers of in-flight wgmmas otherwise).
 
 A_MODE: 0 W8A16 (x bf16/fp16/fp32); 1 W8A8 with x already quantized (fp8/uint8 codes + fp32 scales);
 2 W8A8 quantizing x inside the kernel, bit-identical to dispatch.quantize_activation. W8A8 scale pairing
@@ -27,6 +30,7 @@ import triton
 import triton.language as tl
 
 from ._fp8 import amax_to_scale, e4m3_to_f32, e8m0_to_f32, load_w_f32, quantize_e4m3
+from ._wgmma import wait_all
 
 W_TENSOR: tl.constexpr = tl.constexpr(0)
 W_ROW: tl.constexpr = tl.constexpr(1)
@@ -92,7 +96,7 @@ def _gemv_kernel(
     WSCALE: tl.constexpr, A_MODE: tl.constexpr, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, USE_DOT: tl.constexpr,
     IEEE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr, DIRECT_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    NUM_STAGES: tl.constexpr, WGMMA_DRAIN: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -180,6 +184,8 @@ def _gemv_kernel(
         offs_k = tl.arange(0, BLOCK_K)
         for kt in tl.range(kt_lo, kt_hi, num_stages=NUM_STAGES):
             k0 = kt * BLOCK_K
+            if WGMMA_DRAIN:
+                wait_all(k0)
             kk = k0 + offs_k
             k_ok = kk < K
             wmask = n_ok[:, None] & k_ok[None, :]
@@ -266,18 +272,3 @@ def _gemv_kernel(
     else:
         pptrs = part_ptr + (pid_k * M + offs_m[None, :]) * N + offs_n[:, None]
         tl.store(pptrs, acc, mask=omask)
-
-
-@triton.jit(do_not_specialize=["M", "SPLIT_K"])
-def _gemv_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
-                 HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic."""
-    pid_m = tl.program_id(1)
-    offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs_n < N
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for s in range(0, SPLIT_K):
-        acc += tl.load(part_ptr + (s * M + pid_m) * N + offs_n, mask=ok, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid_m * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=ok)

@@ -72,24 +72,34 @@ def _fp8_path(arch: str) -> tuple[Target, bool, bool]:
     return t, hw, hw and exact_hw_e4m3_cast(t)
 
 
-def _gemv_variants(arch: str) -> list[IsaVariant]:
+def gemv_variant(name: str, arch: str, wscale, a_mode: int, cfg, x: str = "bf16", direct: bool = True) -> IsaVariant:
+    """The decode kernel (_gemv_kernels._gemv_kernel) for `arch` with the launcher's constexprs for a weight scale
+    layout, activation mode (0 bf16/fp16 x, 1 fp8 codes, 2 fused quantization) and GemvConfig."""
     from . import _gemv_kernels as K
     from ._gemm_layouts import WScale
     from ._gemv import gemv_constexprs
-    from .configs import GemvConfig
 
     t, hw, cvt = _fp8_path(arch)
+    codes = "*fp8e4nv" if hw else "*u8"
+    sig = {"x_ptr": codes if a_mode == 1 else f"*{x}", "xs_ptr": "*fp32", "w_ptr": codes,
+           "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16",
+           "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+           "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
+    cx = gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=False, has_bias=True, direct=direct,
+                         wgmma=t.has_wgmma)
+    return variant(name, t, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages, ("N", "K", "stride_xm", "stride_om"))
+
+
+def _gemv_variants(arch: str) -> list[IsaVariant]:
+    from ._splitk_reduce import splitk_reduce
+    from ._gemm_layouts import WScale
+    from .configs import GemvConfig
+
+    t = Target.simulated_for(arch)
     out: list[IsaVariant] = []
 
     def add(name: str, wscale: WScale, a_mode: int, cfg: GemvConfig, x: str = "bf16", direct: bool = True):
-        codes = "*fp8e4nv" if hw else "*u8"
-        sig = {"x_ptr": codes if a_mode == 1 else f"*{x}", "xs_ptr": "*fp32", "w_ptr": codes,
-               "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16",
-               "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
-               "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
-        cx = gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=False, has_bias=True, direct=direct)
-        out.append(variant(name, t, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages,
-                           ("N", "K", "stride_xm", "stride_om")))
+        out.append(gemv_variant(name, arch, wscale, a_mode, cfg, x, direct))
 
     fma = GemvConfig(1, 32, 256)
     dot = GemvConfig(16, 64, 128)
@@ -105,7 +115,7 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
         add(f"w8a8_gemv_mma[{n}]", ws, 1, dot)
     sig = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "SPLIT_K": "i32",
            "stride_om": "i32"}
-    out.append(variant("gemv_splitk_reduce", t, K._gemv_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
+    out.append(variant("gemv_splitk_reduce", t, splitk_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
                        ("N", "stride_om")))
     return out
 

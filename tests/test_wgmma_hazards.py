@@ -73,25 +73,38 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def _hazards_of(args) -> tuple[str, int]:
-    """(variant name, hazard count) of one W8A16 GEMM config compiled for sm_90 (a worker process)."""
-    wscale_name, x, cfg_fields, drain = args
+def _hazards_of(job) -> tuple[str, int]:
+    """(variant name, hazard count) of one kernel config compiled for sm_90 (a worker process). job: ("w8a16",
+    wscale, x, GemmConfig fields, WGMMA_DRAIN override or None) | ("w8a8", scales, GemmConfig fields) |
+    ("gemv", wscale, a_mode, GemvConfig fields[, WGMMA_DRAIN override])."""
     from dispatch.target import Target
     from kernels_triton._gemm_config import GemmConfig
-    from kernels_triton._gemm_isa import _w8a16_variant, compile_variant
-    from kernels_triton._gemm_layouts import WScale
-    cfg = GemmConfig(**cfg_fields)
-    v = _w8a16_variant(Target.simulated_for("sm_90"), WScale[wscale_name], x, cfg)
-    if drain is not None:
-        v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain))
+    from kernels_triton._gemm_isa import _w8a8_variant, _w8a16_variant, compile_variant
+    from kernels_triton._gemm_layouts import A8Scales, WScale
+    from kernels_triton.configs import GemvConfig
+    from kernels_triton.isa import gemv_variant
+    t = Target.simulated_for("sm_90")
+    kind = job[0]
+    if kind == "w8a16":
+        _, ws, x, fields, drain = job
+        v = _w8a16_variant(t, WScale[ws], x, GemmConfig(**fields))
+        if drain is not None:
+            v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain))
+    elif kind == "w8a8":
+        _, sc, fields = job
+        v = _w8a8_variant(t, A8Scales[sc], GemmConfig(**fields))
+    else:
+        _, ws, a_mode, fields, *drain = job
+        v = gemv_variant("gemv", "sm_90", WScale[ws], a_mode, GemvConfig(**fields))
+        if drain:
+            v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain[0]))
     ck = compile_variant(v)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(ck.asm["cubin"])
         f.flush()
         sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
                               check=True).stdout
-    assert "HGMMA" in sass
-    return f"{wscale_name}/{x} {cfg}", len(wgmma_register_hazards(sass))
+    return f"{job[:-1]} {v.num_warps}w", len(wgmma_register_hazards(sass)) if "HGMMA" in sass else 0
 
 
 # The config that gave non-finite outputs on the H200 (fp8_row at N = 28672 and 128256, 2 CTAs per SM).
@@ -105,31 +118,63 @@ def _ptxas_version() -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def test_the_racy_config_has_hazards_without_the_drain_and_none_with_it():
+# A pipelined tensor-core config of the decode GEMV (M = 32..64 buckets) with the same hazard without the drain.
+_RACY_GEMV = dict(block_m=64, block_n=64, block_k=128, split_k=0, num_warps=4, num_stages=3, fuse_act_quant=True)
+
+
+@pytest.mark.parametrize("kind", ["gemm", "gemv"])
+def test_the_racy_configs_have_hazards_without_the_drain_and_none_with_it(kind):
     """The checker finds what ptxas did (while Triton bundles an affected ptxas), and WGMMA_DRAIN removes it."""
-    _, fixed = _hazards_of(("ROW", "bf16", _RACY, True))
+    job = (lambda d: ("w8a16", "ROW", "bf16", _RACY, d)) if kind == "gemm" else \
+        (lambda d: ("gemv", "ROW", 0, _RACY_GEMV, d))
+    _, fixed = _hazards_of(job(True))
     assert fixed == 0
     if _ptxas_version() >= (13, 3):
         pytest.skip("this ptxas has NVIDIA's fix: the undrained kernel may be clean")
-    _, racy = _hazards_of(("ROW", "bf16", _RACY, False))
+    _, racy = _hazards_of(job(False))
     assert racy > 0
 
 
-@pytest.mark.slow
-def test_every_sm90_w8a16_config_is_free_of_wgmma_register_hazards():
-    """Each config of the W8A16 autotune space on sm_90 (what a table may name), as the launcher runs it.
-    TENSOR and ROW scales share their main loop (the scale is applied after it): ROW stands for both."""
+def _gemv_jobs() -> list[tuple]:
+    """Every (scale layout, activation mode, tensor-core GemvConfig) the sm_90 decode space holds over M buckets
+    1..64 and a few shapes (the FMA configs issue no wgmma)."""
+    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
     from dispatch.target import Target
-    from kernels_triton._gemm_config import w8a16_configs
-    from kernels_triton._gemm_layouts import WScale
+    from kernels_triton._gemm_layouts import W8A16_LAYOUT
+    from kernels_triton._gemv import group_k_of
+    from kernels_triton.configs import gemv_configs
     t = Target.simulated_for("sm_90")
-    jobs = []
+    jobs = set()
+    for fmt in Format:
+        for act in (Act.BF16, Act.FP8) if fmt is not Format.MXFP8 else (Act.BF16,):
+            for m in (1, 2, 4, 8, 16, 32, 64):
+                for n, k in ((4096, 4096), (1000, 3000), (28672, 4096)):
+                    for c in gemv_configs(Problem(fmt, act, n, k, m), t, group_k_of(fmt)):
+                        if c.use_dot:
+                            a_mode = 0 if act is Act.BF16 else (2 if c.fuse_act_quant else 1)
+                            jobs.add(("gemv", W8A16_LAYOUT[fmt].name, a_mode, tuple(sorted(dataclasses.asdict(c).items()))))
+    return [(kind, ws, a, dict(fields)) for kind, ws, a, fields in sorted(jobs)]
+
+
+@pytest.mark.slow
+def test_every_sm90_wgmma_config_is_free_of_wgmma_register_hazards():
+    """Each config of the sm_90 autotune spaces that issues wgmma (what a table may name), as the launchers run
+    it: the W8A16 GEMM (TENSOR and ROW scales share their main loop: ROW stands for both), the W8A8 GEMM, and the
+    tensor-core configs of the decode GEMV."""
+    from dispatch.target import Target
+    from kernels_triton._gemm_config import w8a8_configs, w8a16_configs
+    from kernels_triton._gemm_layouts import A8Scales, WScale
+    t = Target.simulated_for("sm_90")
+    jobs: list[tuple] = []
     for ws in (WScale.ROW, WScale.BLOCK128, WScale.MX32):
         for x in ("bf16", "fp16"):
-            for cfg in w8a16_configs(t, ws, x == "fp16"):
-                jobs.append((ws.name, x, dataclasses.asdict(cfg), None))
+            jobs += [("w8a16", ws.name, x, dataclasses.asdict(c), None) for c in w8a16_configs(t, ws, x == "fp16")]
+    for sc in A8Scales:
+        jobs += [("w8a8", sc.name, dataclasses.asdict(c)) for c in w8a8_configs(t, sc)]
+    jobs += _gemv_jobs()
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(_hazards_of, jobs))
     bad = [f"{name}: {n} hazards" for name, n in results if n]
     assert not bad, "\n".join(bad)
-    assert len(results) == len(jobs) > 50
+    assert len(results) == len(jobs) > 100
