@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of the Triton W8A16 GEMM's bf16 decode on the lent GPU, one call (branch exp/triton-fast-bf16-decode):
+# A/B of the Triton W8A16 GEMM's bf16 decode on the lent GPU, one call (run in session 8: docs/perf/h200_triton_w8a16_ab_2026-11-29_s8.md):
 #   OUT=dir bash tools/perf/ab_triton_fast_bf16.sh
 # 1. the W8A16 GEMM GPU tests, the exact every-code test included (fast decode on: the default);
 # 2. the autotune of triton.w8a16_gemm alone on fp8_row / fp8_block / mxfp8 (bf16 x) at M = 64..4096, baseline shapes,
