@@ -17,3 +17,10 @@ fp8d_record_env() {
     python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
   } | tee "$1"
 }
+# fp8d_pytest LOG LIMIT PYTEST-ARGS...: GPU tests over TEST_PROCS (12) processes within LIMIT seconds (each test within
+# LIMIT - 10), the log to LOG; prints the exit status, the time, pytest's last line and the first failures.
+fp8d_pytest() {
+  local log=$1 limit=$2 t=$(date +%s); shift 2
+  timeout "$limit" python3 -m pytest -q -p no:cacheprovider -n "${TEST_PROCS:-12}" --timeout=$(( limit - 10 )) "$@" > "$log" 2>&1
+  echo "tests rc=$? $(( $(date +%s) - t )) s: $(tail -1 "$log")"; grep -E "^(FAILED|ERROR)" "$log" | head
+}
