@@ -19,6 +19,12 @@ from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
 from .candidates import TritonCandidate
 
 
+def _check_compiled(kernel_name: str, what: str) -> None:
+    """The run-time wgmma register check of the kernels Triton compiled for this candidate (_sass_guard)."""
+    from . import _gemm, _sass_guard
+    _sass_guard.check_new_kernels(getattr(_gemm, kernel_name), what)
+
+
 class _GemmCandidate(TritonCandidate):
     config_type = GemmConfig
 
@@ -54,7 +60,9 @@ class TritonW8A16Gemm(_GemmCandidate):
         assert isinstance(config, GemmConfig)
         qw.require(qw.format, Act.BF16)
         hw = detect(x2d.device).has_triton_fp8_dtype
-        return w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
+        y = w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
+        _check_compiled("_w8a16_gemm_kernel", self.id)
+        return y
 
 
 class TritonW8A8Gemm(_GemmCandidate):
@@ -101,7 +109,9 @@ class TritonW8A8Gemm(_GemmCandidate):
         qw.require(qw.format, Act.FP8)
         hw = detect(x2d.device).has_triton_fp8_dtype
         xq, xs = quantize_activation(x2d, qw.act_granularity, hw_fp8=hw)
-        return w8a8_gemm(xq, xs, qw, bias, out_dtype, config, hw_fp8=hw)
+        y = w8a8_gemm(xq, xs, qw, bias, out_dtype, config, hw_fp8=hw)
+        _check_compiled("_w8a8_gemm_kernel", self.id)
+        return y
 
 
 def gemm_candidates() -> list[Candidate]:

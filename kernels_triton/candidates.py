@@ -122,7 +122,10 @@ class _GemvCandidate(TritonCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         assert isinstance(config, GemvConfig)
-        return self._launcher()(x2d, qw, bias, out_dtype, config)
+        y = self._launcher()(x2d, qw, bias, out_dtype, config)
+        from . import _gemv_kernels, _sass_guard
+        _sass_guard.check_new_kernels(_gemv_kernels._gemv_kernel, self.id)  # the run-time wgmma register check
+        return y
 
 
 class TritonW8A16Gemv(_GemvCandidate):

@@ -178,3 +178,66 @@ def test_every_sm90_wgmma_config_is_free_of_wgmma_register_hazards():
     bad = [f"{name}: {n} hazards" for name, n in results if n]
     assert not bad, "\n".join(bad)
     assert len(results) == len(jobs) > 100
+
+
+# --- the run-time check (kernels_triton._sass_guard) ----------------------------------------------------------
+
+class _FakeJit:
+    """What _sass_guard reads of a triton.JITFunction: its per-device caches (kernel cache first)."""
+
+    def __init__(self, kernels: dict):
+        self.device_caches = {0: (kernels, None, None, None, None)}
+
+
+def _compiled(drain: bool):
+    from dispatch.target import Target
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_isa import _w8a16_variant, compile_variant
+    from kernels_triton._gemm_layouts import WScale
+    v = _w8a16_variant(Target.simulated_for("sm_90"), WScale.ROW, "bf16", GemmConfig(**_RACY))
+    return compile_variant(dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain)))
+
+
+def test_run_time_check_refuses_a_racy_kernel_and_checks_each_kernel_once(monkeypatch):
+    from dispatch.errors import CompileError
+    from kernels_triton import _sass_guard
+    if _ptxas_version() >= (13, 3):
+        pytest.skip("this ptxas has NVIDIA's fix: no racy kernel to build")
+    calls = []
+    real = _sass_guard.sass_of
+    monkeypatch.setattr(_sass_guard, "sass_of", lambda cubin: calls.append(1) or real(cubin))
+    good = _FakeJit({"drained": _compiled(True)})
+    _sass_guard.check_new_kernels(good, "triton.w8a16_gemm")
+    _sass_guard.check_new_kernels(good, "triton.w8a16_gemm")  # nothing new: no second disassembly
+    assert len(calls) == 1
+
+    class Compiling:  # an asynchronous compile's future: no hash yet, checked once it has one
+        pass
+    cache = {"drained": good.device_caches[0][0]["drained"], "pending": Compiling()}
+    mixed = _FakeJit(cache)
+    _sass_guard.check_new_kernels(mixed, "triton.w8a16_gemm")  # the drained kernel's count is cached
+    assert len(calls) == 1
+    cache["pending"] = _compiled(False)
+    with pytest.raises(CompileError, match="writes to registers that an unfinished wgmma"):
+        _sass_guard.check_new_kernels(mixed, "triton.w8a16_gemm")
+    with pytest.raises(CompileError):  # and on every later call
+        _sass_guard.check_new_kernels(mixed, "triton.w8a16_gemm")
+    assert len(calls) == 2
+
+
+def test_run_time_check_is_off_without_device_caches(monkeypatch):
+    from kernels_triton import _sass_guard
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _sass_guard.check_new_kernels(object(), "triton.w8a16_gemm")  # the interpreter's function: nothing to check
+
+
+def test_an_unknown_cache_layout_switches_the_check_off_with_one_warning(monkeypatch):
+    from kernels_triton import _sass_guard
+    monkeypatch.setattr(_sass_guard, "_disabled", False)
+
+    class Odd:
+        device_caches = {0: 42}
+    with pytest.warns(RuntimeWarning, match="not laid out as in Triton 3.6"):
+        _sass_guard.check_new_kernels(Odd(), "triton.w8a16_gemm")
+    assert _sass_guard._disabled
+    _sass_guard.check_new_kernels(Odd(), "triton.w8a16_gemm")  # off: no second warning, no error
