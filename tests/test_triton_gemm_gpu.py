@@ -333,3 +333,32 @@ def test_w8a16_register_wgmma_race_is_fixed_at_two_ctas_per_sm(fmt):
             assert bool(torch.isfinite(y).all()), f"{fmt} M={m} run {i}: {int((~torch.isfinite(y)).sum())} non-finite"
             assert torch.equal(y, runs[0]), f"{fmt} M={m} run {i} differs from run 0"
         _check(runs[0], x, qw, None, fp8_mma=False, what=f"{fmt} M={m}")
+
+
+def test_run_time_wgmma_check_passes_the_shipped_kernels_and_refuses_an_undrained_one(monkeypatch):
+    """kernels_triton._sass_guard on real launches (written in session 8 after its last device call: first run in
+    the next GPU session). The candidates' kernels are checked without a warning; with the drain patched off, the
+    racy config's kernel (register hazards in its SASS with the bundled ptxas) raises CompileError."""
+    import warnings
+
+    from dispatch.errors import CompileError
+    from kernels_triton import _gemm, _gemm_launch, _sass_guard
+    from kernels_triton._gemm_candidates import TritonW8A16Gemm
+    from kernels_triton._gemm_config import GemmConfig
+
+    if not detect(torch.device("cuda")).has_wgmma:
+        pytest.skip("the check concerns sm_90 wgmma")
+    cand = TritonW8A16Gemm()
+    cfg = GemmConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, swap_ab=True,
+                     tma=False, split_k=0)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    qw = dispatch.quantize(_weight(1024, 1024, g), "fp8_row", act="bf16")
+    x = _x(256, 1024, torch.bfloat16, g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, cfg)
+    assert _sass_guard._checked_total.get(id(_gemm._w8a16_gemm_kernel), 0) >= 1
+    assert not _sass_guard._disabled
+    monkeypatch.setattr(_gemm_launch, "wgmma_drain", lambda device, dot_f32: False)
+    with pytest.raises(CompileError, match="unfinished wgmma"):
+        cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, cfg)
