@@ -278,3 +278,27 @@ def test_default_tile_at_m16_fills_the_sms():
     assert first(3000, 1000).block_n == 32
     assert first(4096, 4096).block_n == 64
     assert first(5120, 25600).block_n == 64
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERP, reason="GPU test")
+@pytest.mark.parametrize("fmt", ["fp8_row", "mxfp8"])
+def test_gpu_gemv_pipelined_wgmma_config_is_stable(fmt):
+    """The 3-stage tensor-core config of the M = 32..64 buckets, which had 110-145 register hazards in its sm_90
+    SASS before WGMMA_DRAIN (tests/test_wgmma_hazards.py), on a weight that gives many CTAs per SM: every run
+    finite, bit-identical (split-K reduces in a fixed order) and within the bound. Written in session 8 after its
+    last device call: first run in the next GPU session."""
+    from dispatch.target import detect
+    from kernels_triton._gemv import w8a16_gemv
+    from kernels_triton.configs import GemvConfig
+
+    if not detect(torch.device("cuda")).has_wgmma:
+        pytest.skip("the hazard was an sm_90 wgmma one")
+    cfg = GemvConfig(block_m=64, block_n=64, block_k=128, num_stages=3)
+    qw = dispatch.quantize(make_weight(28672, 4096, 9).cuda(), fmt, act="bf16")
+    x = make_x(64, 4096, torch.bfloat16, 9).cuda()
+    runs = [w8a16_gemv(x, qw, None, torch.float32, cfg) for _ in range(6)]
+    for i, y in enumerate(runs):
+        assert bool(torch.isfinite(y).all()), f"run {i}: {int((~torch.isfinite(y)).sum())} non-finite"
+        assert torch.equal(y, runs[0]), f"run {i} differs from run 0"
+    check_close(runs[0], x, qw, None, 2e-5)
