@@ -6,8 +6,9 @@ Triton, or TRITON_PTXAS_PATH. The bug that `_wgmma.wait_all` works around (regis
 early, fixed in CUDA 13.3) gives wrong results with no error. So the Triton candidates check each kernel Triton
 compiles for them once, on the first call that ran it:
 
-- A kernel with such a write raises `CompileError`. The call's output is discarded with it, and so is every later
-  call's.
+- A kernel with such a write raises `CompileError`. The call's output is discarded with it.
+- Every later call of that candidate in the process raises too, whatever its config: the toolchain is unsafe for
+  it. The error names the fix.
 - The check costs one `cuobjdump` per compiled kernel; then two `len()`s per call.
 
 It reads Triton's per-device kernel caches (`JITFunction.device_caches`, Triton 3.6). If those are laid out
