@@ -6,7 +6,8 @@ nor torch.cuda; the kernels load on the first `run`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -19,10 +20,16 @@ from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
 from .candidates import TritonCandidate
 
 
-def _check_compiled(kernel_name: str, what: str) -> None:
-    """The run-time wgmma register check of the kernels Triton compiled for this candidate (_sass_guard)."""
+@functools.lru_cache(maxsize=None)
+def _checker(kernel_name: str) -> Callable[[str], None]:
+    """The run-time wgmma register check (_sass_guard) of one GEMM kernel, bound once: its imports stay off the
+    per-call path."""
     from . import _gemm, _sass_guard
-    _sass_guard.check_new_kernels(getattr(_gemm, kernel_name), what)
+    return functools.partial(_sass_guard.check_new_kernels, getattr(_gemm, kernel_name))
+
+
+def _check_compiled(kernel_name: str, what: str) -> None:
+    _checker(kernel_name)(what)
 
 
 class _GemmCandidate(TritonCandidate):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import threading
 import warnings
 from typing import Any
@@ -27,26 +26,13 @@ from typing import Any
 from dispatch.errors import CompileError
 from dispatch.isa import wgmma_register_hazards
 
+from .isa import sass_of
+
 _lock = threading.Lock()
 _hazards: dict[str, int] = {}  # compiled kernel hash -> hazard count
 _seen: dict[tuple[int, Any], set] = {}  # (id of the JIT function, device) -> cache keys already checked
 _checked_total: dict[int, int] = {}  # id of the JIT function -> kernels checked over all its device caches
 _disabled = False
-
-
-def cuobjdump() -> str:
-    """The cuobjdump that ships in the triton wheel (triton/backends/nvidia/bin)."""
-    import triton
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def sass_of(cubin: bytes) -> str:
-    """`cuobjdump -sass` of a cubin, as text (addresses kept: wgmma_register_hazards follows branch targets)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([cuobjdump(), "-sass", f.name], capture_output=True, text=True, timeout=120,
-                              check=True).stdout
 
 
 def hazard_count(kernel: Any) -> int:

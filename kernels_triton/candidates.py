@@ -99,6 +99,13 @@ class TritonCandidate(Candidate):
 # compile-checked only (tools/isa_report): explain() says "not yet run on hardware" there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
+@functools.lru_cache(maxsize=None)
+def _gemv_checker() -> Callable[[str], None]:
+    """_sass_guard.check_new_kernels bound to the decode kernel, once (its imports stay off the per-call path)."""
+    from . import _gemv_kernels, _sass_guard
+    return functools.partial(_sass_guard.check_new_kernels, _gemv_kernels._gemv_kernel)
+
+
 class _GemvCandidate(TritonCandidate):
     config_type = GemvConfig
     source_files = ("kernels_triton/_gemv_kernels.py", "kernels_triton/_gemv.py", "kernels_triton/_fp8.py",
@@ -124,8 +131,7 @@ class _GemvCandidate(TritonCandidate):
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         assert isinstance(config, GemvConfig)
         y = self._launcher()(x2d, qw, bias, out_dtype, config)
-        from . import _gemv_kernels, _sass_guard
-        _sass_guard.check_new_kernels(_gemv_kernels._gemv_kernel, self.id)  # the run-time wgmma register check
+        _gemv_checker()(self.id)  # the run-time wgmma register check (_sass_guard)
         return y
 
 

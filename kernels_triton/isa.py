@@ -164,6 +164,15 @@ _PTX_MMA = (("wgmma", r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)"),
 _GCN_MMA = (("v_wmma", r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b"),)
 
 
+def sass_of(cubin: bytes) -> str:
+    """`cuobjdump -sass` of a cubin, as text (addresses kept: wgmma_register_hazards follows branch targets)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True, timeout=120,
+                              check=True).stdout
+
+
 def _mma_family(asm: str, families: tuple[tuple[str, str], ...]) -> str:
     """'<family> <A type>' of the first matrix instruction found ('fp8' for any e4m3 flavour), or 'none'."""
     for family, pattern in families:
@@ -190,12 +199,10 @@ def _inspect_cuda(ck) -> dict[str, Any]:
             f.flush()
             res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
                                  text=True, timeout=60)
-            if mma.startswith("wgmma"):
-                sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
-                                      timeout=120, check=True).stdout
-                hazards = len(wgmma_register_hazards(sass))
         mm = re.search(r"LOCAL:(\d+)", res.stdout)
         spills = int(mm.group(1)) if mm else 0
+        if mma.startswith("wgmma"):
+            hazards = len(wgmma_register_hazards(sass_of(ck.asm["cubin"])))
     except (OSError, subprocess.SubprocessError):
         spills = -1
         hazards = -1 if mma.startswith("wgmma") else 0

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import re
 import subprocess
-import tempfile
 
 import pytest
 
@@ -70,7 +69,8 @@ def test_shared_memory_operands_and_stores_are_not_register_writes():
 # --- the Triton W8A16 GEMM on sm_90 -------------------------------------------------------------------
 
 def _tool(name: str) -> str:
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    from kernels_triton.isa import _tool as tool
+    return tool(name)
 
 
 def _hazards_of(job) -> tuple[str, int]:
@@ -98,12 +98,8 @@ def _hazards_of(job) -> tuple[str, int]:
         v = gemv_variant("gemv", "sm_90", WScale[ws], a_mode, GemvConfig(**fields))
         if drain:
             v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain[0]))
-    ck = compile_variant(v)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(ck.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
+    from kernels_triton.isa import sass_of
+    sass = sass_of(compile_variant(v).asm["cubin"])
     return f"{job[:-1]} {v.num_warps}w", len(wgmma_register_hazards(sass)) if "HGMMA" in sass else 0
 
 
