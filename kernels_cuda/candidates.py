@@ -9,9 +9,7 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -19,7 +17,7 @@ from dispatch.formats import Act, Format, QWeight
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
-from . import _launch
+from . import _dequant_route, _launch
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
@@ -143,21 +141,14 @@ DEQUANT_CONFIGS = (DequantConfig(256), DequantConfig(128))
 
 
 class CudaDequantCublas(_CudaCandidate):
-    """Weight to the activation dtype, then ONE cuBLAS GEMM with fp32 accumulation and fp32 split-K reduction
-    (`full_precision_reduction`):
-      fp8_tensor / fp8_row: only the codes go to bf16/fp16 (exact), the GEMM writes fp32 and the per-tensor /
-        per-row scale multiplies it per row of N: the W8A16 semantics up to fp32 summation order (folding the
-        scale into a bf16 weight was recorded wrong twice on the H200, run 3 and 2026-11-29);
-      mxfp8: 2^e * code is exact in bf16, so the dequant kernel's weight is exact; the GEMM writes the output
-        dtype directly;
-      fp8_block: the 128x128 scales fold into the weight (one bf16 rounding per element; the scale varies
-        along K so it cannot move to the output).
+    """Weight dequantization (csrc/dequant.cu) then ONE cuBLAS GEMM with fp32 accumulation and reduction; the
+    scale of fp8_tensor / fp8_row goes to the output, never into a bf16 weight. _dequant_route says how and why.
     Costs 3 bytes of traffic per weight element on top of the GEMM: for M >= 64, where the GEMM dominates."""
 
     id = "cuda.dequant_cublas"
     serves = frozenset((f, Act.BF16) for f in Format)
     config_type = DequantConfig
-    source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu",)
+    source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu", "kernels_cuda/_dequant_route.py")
 
     def supports(self, problem: Problem, target: Target) -> Support:
         t = target_support(target)
@@ -183,68 +174,7 @@ class CudaDequantCublas(_CudaCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
-        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
-            # Exact codes (e4m3 is exact in bf16/fp16), the scale applied to the fp32 output. Folding the scale
-            # into a bf16 weight (the block/MX route below) failed the autotune's verification for fp8_row on
-            # the H200 (2026-11-29: 8-4912 outputs per cell outside 0.02 * rms + 0.02 * |ref| at M >= 256).
-            # The cause is the bf16 rounding of code x scale alone (relative error up to 2^-9 per weight): with
-            # row and column factors on x and W, single outputs are sums with heavy cancellation (e.g. terms of
-            # total magnitude 1e4 summing to -0.26), so that rounding moves them past the bound; reproduced on
-            # the CPU by the test below. fp16 cannot hold every code x scale anyway.
-            # tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets
-            with full_precision_reduction():
-                y = torch.mm(x2d, qw.qdata.to(x2d.dtype).t(), out_dtype=torch.float32)
-            y.mul_(qw.scale.to(torch.float32))  # 0-dim, or [N] broadcast along each output row
-            if bias is not None:
-                y.add_(bias.to(torch.float32))
-            return y if y.dtype == out_dtype else y.to(out_dtype)
-        # dequantize(qw) rounded once to x's dtype (exact for MX in bf16), then one cuBLAS GEMM writing the
-        # output dtype directly: the same GEMM as bf16 F.linear plus one pass over W.
-        w = _launch.dequantize(qw, x2d.dtype, config)
-        with full_precision_reduction():
-            if out_dtype == x2d.dtype and (bias is None or bias.dtype == x2d.dtype):
-                return torch.nn.functional.linear(x2d, w, bias)
-            y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
-        if bias is not None:
-            y.add_(bias.to(torch.float32))
-        return y if y.dtype == out_dtype else y.to(out_dtype)
-
-
-_REDUCTION_LOCK = threading.Lock()
-
-
-def _reduction_flag(kind: str):
-    """torch's cuBLAS reduced-precision-reduction setting for `kind` ("bf16" / "fp16"), in the form its setter
-    takes back: a bool on older torch, (allow_reduced_precision, allow_splitk) on newer ones."""
-    return getattr(torch._C, f"_get_cublas_allow_{kind}_reduced_precision_reduction")()
-
-
-def _set_reduction_flag(kind: str, value) -> None:
-    setter = getattr(torch._C, f"_set_cublas_allow_{kind}_reduced_precision_reduction")
-    setter(*value) if isinstance(value, tuple) else setter(value)
-
-
-@contextlib.contextmanager
-def full_precision_reduction() -> Iterator[None]:
-    """cuBLAS half GEMMs with fp32 accumulation inside each split-K slice, and across slices.
-
-    torch allows cuBLAS to add split-K partial sums in bf16/fp16 by default
-    (`torch.backends.cuda.matmul.allow_{bf16,fp16}_reduced_precision_reduction`); on the H200 that gave errors
-    of 5-25 % on single outputs at M = 16 (run 3, both dequantize-then-cuBLAS routes failed verification the
-    same way). The flags are global: they are set for this call only, under a lock, and restored exactly
-    (the split-K part of newer torch's setting included). Another thread's GEMM that overlaps the window gets
-    the more precise reduction, never a less precise one; another thread that CHANGES the flags inside the
-    window has its change overwritten by the restore.
-    """
-    with _REDUCTION_LOCK:
-        saved = {kind: _reduction_flag(kind) for kind in ("bf16", "fp16")}
-        try:
-            for kind, v in saved.items():
-                _set_reduction_flag(kind, (False, v[1]) if isinstance(v, tuple) else False)
-            yield
-        finally:
-            for kind, v in saved.items():
-                _set_reduction_flag(kind, v)
+        return _dequant_route.linear(x2d, qw, bias, out_dtype, config)
 
 
 def candidates() -> list[Candidate]:

@@ -81,7 +81,7 @@ def test_launch_from_a_fresh_thread_makes_the_context_current(fake):
 def test_full_precision_reduction_restores_torch_flags_exactly():
     import torch
 
-    from kernels_cuda.candidates import full_precision_reduction
+    from kernels_cuda._dequant_route import full_precision_reduction
 
     get_bf16 = torch._C._get_cublas_allow_bf16_reduced_precision_reduction
     get_fp16 = torch._C._get_cublas_allow_fp16_reduced_precision_reduction

@@ -317,9 +317,11 @@ def test_candidates_run_and_dequant_cublas(launch):
 
 @pytest.mark.parametrize("fmt", list(Format))
 def test_dequant_cublas_matches_w8a16_semantics(launch, fmt):
-    """cuda.dequant_cublas at prefill M: tensor/row: exact codes, scale applied to the fp32 output; mxfp8: exact
-    weights; fp8_block: each weight rounded once to bf16. Accumulation in fp32 throughout, across split-K slices
-    too (run 3 recorded cuBLAS's default bf16 split-K reduction wrong)."""
+    """cuda.dequant_cublas at prefill M: tensor/row: exact codes, the scale applied to the GEMM's output (bf16 in
+    and out: to its bf16 output in fp32 math, two roundings relative to the output, which out_eps = 2^-8 covers;
+    otherwise to an fp32 output); mxfp8: exact weights; fp8_block: each weight rounded once to bf16. Accumulation
+    in fp32 throughout, across split-K slices too (run 3 recorded cuBLAS's default bf16 split-K reduction wrong).
+    The codes view of a weight is built once and shares its storage."""
     from kernels_cuda.candidates import CudaDequantCublas
     from kernels_cuda.configs import DequantConfig
     from dispatch.problem import Problem
@@ -342,6 +344,9 @@ def test_dequant_cublas_matches_w8a16_semantics(launch, fmt):
                 y = cand.run(x, qw, cand.prepare(qw), bias, out_dtype, DequantConfig())
                 assert y.dtype == out_dtype and y.shape == (m, n)
                 _check_close(y, x, qw, bias, tol=4e-3 if rounded else 5e-4)
+        if fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
+            view = qw._cache["cuda.dequant_cublas.codes"]
+            assert view.qdata.data_ptr() == qw.qdata.data_ptr() and float(view.scale) == 1.0
 
 
 def _capture(fn):

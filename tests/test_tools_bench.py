@@ -82,12 +82,14 @@ def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):
 
 
 def test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets():
-    """Why cuda.dequant_cublas keeps fp8_row's codes exact and applies the row scale to the fp32 output instead of
+    """Why cuda.dequant_cublas keeps fp8_row's codes exact and applies the row scale to the GEMM's output instead of
     folding it into a bf16 weight (the faster route mxfp8 takes, where code x 2^e is exact): on the bench workload
     (row and 32-column factors 2^-3..2^3 on both x and W) single outputs are sums with heavy cancellation, so the
     fold's one bf16 rounding of code x scale (relative error up to 2^-9 per weight) moves some outputs past
     0.02 * rms + 0.02 * |ref|. This reproduces on the CPU what the H200 autotune recorded (outputs outside the
-    bound at M >= 16, run 3 and 2026-11-29); the exact route meets the bound on the same data."""
+    bound at M >= 16, run 3 and 2026-11-29); the exact routes meet the bound on the same data: the scale on an fp32
+    output, and (kernels_cuda._dequant_route, bf16 in and out) the scale on the GEMM's bf16 output, which rounds
+    twice, each time relative to the output itself."""
     import torch
 
     import dispatch
@@ -101,10 +103,15 @@ def test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets()
     x = make_activation(m, k, "cpu")
     ref = reference.linear(x, qw)
     folded = (x.double() @ dispatch.dequantize(qw).to(torch.bfloat16).double().T).to(torch.bfloat16)
-    exact = ((x.double() @ qw.qdata.to(torch.bfloat16).double().T) * qw.scale.double()).to(torch.bfloat16)
+    unscaled = x.double() @ qw.qdata.to(torch.bfloat16).double().T
+    exact = (unscaled * qw.scale.double()).to(torch.bfloat16)
+    scaled_bf16_output = (unscaled.to(torch.bfloat16).float() * qw.scale).to(torch.bfloat16)
     verdict = check_output(folded, ref, torch.bfloat16)
     assert not verdict.ok and "outside" in verdict.reason, verdict
     assert check_output(exact, ref, torch.bfloat16).ok
+    assert check_output(scaled_bf16_output, ref, torch.bfloat16).ok
+    # Two roundings relative to the output: within 2 bf16 ulps of the single-rounding result everywhere.
+    assert ((scaled_bf16_output.float() - exact.float()).abs() <= exact.float().abs() * 2.0 ** -7 + 1e-30).all()
 
 
 def test_source_digest_names_the_code_not_the_history(tmp_path):

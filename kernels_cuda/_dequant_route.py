@@ -1,0 +1,110 @@
+"""The host side of cuda.dequant_cublas: the weight through the dequant kernel (csrc/dequant.cu), then ONE cuBLAS
+GEMM with fp32 accumulation and an fp32 split-K reduction (`full_precision_reduction`).
+
+  fp8_tensor / fp8_row: only the CODES go to bf16/fp16 (exact: every e4m3 value fits), and the per-tensor / per-row
+    scale multiplies the GEMM's output, never the weight. Folding the scale into a bf16 weight rounds code x scale
+    (relative error up to 2^-9 per weight); the workload's outputs are sums with heavy cancellation (terms of total
+    magnitude 1e4 summing to -0.26), so that rounding moved single outputs past the verification bound on the H200
+    (8-4912 outputs per cell at M >= 256, 2026-11-29; reproduced on the CPU by
+    tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets).
+      bf16 in and out: the GEMM writes bf16 and one in-place pass multiplies it by the fp32 scale (fp32 math, one
+        more rounding). Both roundings are relative to the output itself, so cancellation does not amplify them
+        (at most 2^-8 relative, against the single rounding of an fp32 epilogue). Extra traffic per output: 4 bytes.
+      otherwise (fp16 activations, whose unscaled sums can pass 65504, or an fp32 output): the GEMM writes fp32, the
+        scale multiplies it, then one cast. Extra traffic per output: 16 bytes (what session 6 measured at
+        0.6-0.8x of bf16 for fp8_row at M >= 1024, with torch's own fp8 -> bf16 conversion of the codes, 3-4x
+        slower than the dequant kernel).
+  mxfp8: 2^e x code is exact in bf16, so the dequantized weight is exact; the GEMM writes the output dtype directly.
+  fp8_block: the 128x128 scales fold into the weight (one bf16 rounding per element; the scale varies along K, so
+    it cannot move to the output).
+The dequant pass costs 3 bytes of traffic per weight element on top of the GEMM: a route for M >= 64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+import torch
+
+from dispatch.formats import Format, QWeight
+
+from . import _launch
+from .configs import DequantConfig
+
+_CODES_VIEW = "cuda.dequant_cublas.codes"
+
+
+def linear(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
+           config: DequantConfig) -> torch.Tensor:
+    if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
+        codes = _launch.dequantize(_codes_view(qw), x2d.dtype, config)  # exact
+        scale = qw.scale  # float32, 0-dim or [N]: broadcast along each output row
+        with full_precision_reduction():
+            if x2d.dtype == torch.bfloat16 and out_dtype == torch.bfloat16:
+                y = torch.mm(x2d, codes.t())
+            else:
+                y = torch.mm(x2d, codes.t(), out_dtype=torch.float32)
+        if bias is None:
+            y.mul_(scale)  # fp32 math, written back in y's dtype
+        else:  # bias + y * scale in fp32, rounded once into y (an exact overlap: elementwise in place)
+            torch.addcmul(bias.to(torch.float32), y, scale, out=y)
+        return y if y.dtype == out_dtype else y.to(out_dtype)
+    # dequantize(qw) rounded once to x's dtype (exact for MX in bf16), then the same GEMM as bf16 F.linear.
+    w = _launch.dequantize(qw, x2d.dtype, config)
+    with full_precision_reduction():
+        if out_dtype == x2d.dtype and (bias is None or bias.dtype == x2d.dtype):
+            return torch.nn.functional.linear(x2d, w, bias)
+        y = torch.mm(x2d, w.t(), out_dtype=torch.float32)
+    if bias is not None:
+        y.add_(bias.to(torch.float32))
+    return y if y.dtype == out_dtype else y.to(out_dtype)
+
+
+def _codes_view(qw: QWeight) -> QWeight:
+    """qw's codes as an fp8_tensor weight of scale 1.0 (the dequant kernel then writes the codes exactly), built
+    once per weight: it shares qw's storage, and only the one-element scale is new."""
+    view = qw._cache.get(_CODES_VIEW)
+    if view is None:
+        one = torch.ones((), dtype=torch.float32, device=qw.device)
+        view = QWeight(Format.FP8_TENSOR, qw.act, qw.qdata, one)
+        qw._cache[_CODES_VIEW] = view
+    return view
+
+
+_REDUCTION_LOCK = threading.Lock()
+
+
+def _reduction_flag(kind: str):
+    """torch's cuBLAS reduced-precision-reduction setting for `kind` ("bf16" / "fp16"), in the form its setter
+    takes back: a bool on older torch, (allow_reduced_precision, allow_splitk) on newer ones."""
+    return getattr(torch._C, f"_get_cublas_allow_{kind}_reduced_precision_reduction")()
+
+
+def _set_reduction_flag(kind: str, value) -> None:
+    setter = getattr(torch._C, f"_set_cublas_allow_{kind}_reduced_precision_reduction")
+    setter(*value) if isinstance(value, tuple) else setter(value)
+
+
+@contextlib.contextmanager
+def full_precision_reduction() -> Iterator[None]:
+    """cuBLAS half GEMMs with fp32 accumulation inside each split-K slice, and across slices.
+
+    torch allows cuBLAS to add split-K partial sums in bf16/fp16 by default
+    (`torch.backends.cuda.matmul.allow_{bf16,fp16}_reduced_precision_reduction`); on the H200 that gave errors
+    of 5-25 % on single outputs at M = 16 (run 3, both dequantize-then-cuBLAS routes failed verification the
+    same way). The flags are global: they are set for this call only, under a lock, and restored exactly
+    (the split-K part of newer torch's setting included). Another thread's GEMM that overlaps the window gets
+    the more precise reduction, never a less precise one; another thread that CHANGES the flags inside the
+    window has its change overwritten by the restore.
+    """
+    with _REDUCTION_LOCK:
+        saved = {kind: _reduction_flag(kind) for kind in ("bf16", "fp16")}
+        try:
+            for kind, v in saved.items():
+                _set_reduction_flag(kind, (False, v[1]) if isinstance(v, tuple) else False)
+            yield
+        finally:
+            for kind, v in saved.items():
+                _set_reduction_flag(kind, v)
