@@ -7,13 +7,15 @@ GEMM with fp32 accumulation and an fp32 split-K reduction (`full_precision_reduc
     magnitude 1e4 summing to -0.26), so that rounding moved single outputs past the verification bound on the H200
     (8-4912 outputs per cell at M >= 256, 2026-11-29; reproduced on the CPU by
     tests/test_tools_bench.py::test_fp8_row_weight_folded_into_bf16_fails_the_bound_the_exact_route_meets).
-      bf16 in and out: the GEMM writes bf16 and one in-place pass multiplies it by the fp32 scale (fp32 math, one
-        more rounding). Both roundings are relative to the output itself, so cancellation does not amplify them
-        (at most 2^-8 relative, against the single rounding of an fp32 epilogue). Extra traffic per output: 4 bytes.
-      otherwise (fp16 activations, whose unscaled sums can pass 65504, or an fp32 output): the GEMM writes fp32, the
-        scale multiplies it, then one cast. Extra traffic per output: 16 bytes (what session 6 measured at
-        0.6-0.8x of bf16 for fp8_row at M >= 1024, with torch's own fp8 -> bf16 conversion of the codes, 3-4x
-        slower than the dequant kernel).
+      bf16 in and out, no bias: the GEMM writes bf16 and one in-place pass (csrc/scale_cols.cu) multiplies it by
+        the fp32 scale (fp32 math, one more rounding). Both roundings are relative to the output itself, so
+        cancellation does not amplify them (at most 2^-8 relative, against the single rounding of an fp32
+        epilogue). Extra traffic per output: 4 bytes.
+      otherwise: the GEMM writes fp32, the scale multiplies it (and the bias adds), then one cast. Extra traffic per
+        output: 16 bytes (what session 6 measured at 0.6-0.8x of bf16 for fp8_row at M >= 1024, together with
+        torch's own fp8 -> bf16 conversion of the codes, 3-4x slower than the dequant kernel). fp16 activations
+        need it: unscaled sums can pass 65504. So does a bias: it can cancel the product, so the product must
+        not be rounded before it is added (the H200 GPU test saw 18 % errors on outputs of 0.003, session 9).
   mxfp8: 2^e x code is exact in bf16, so the dequantized weight is exact; the GEMM writes the output dtype directly.
   fp8_block: the 128x128 scales fold into the weight (one bf16 rounding per element; the scale varies along K, so
     it cannot move to the output).
@@ -23,14 +25,17 @@ The dequant pass costs 3 bytes of traffic per weight element on top of the GEMM:
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from typing import Iterator
 
 import torch
 
+from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
 
-from . import _launch
+from . import _driver, _launch
+from ._driver import ptr
 from .configs import DequantConfig
 
 _CODES_VIEW = "cuda.dequant_cublas.codes"
@@ -42,14 +47,16 @@ def linear(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype:
         codes = _launch.dequantize(_codes_view(qw), x2d.dtype, config)  # exact
         scale = qw.scale  # float32, 0-dim or [N]: broadcast along each output row
         with full_precision_reduction():
-            if x2d.dtype == torch.bfloat16 and out_dtype == torch.bfloat16:
+            if x2d.dtype == torch.bfloat16 and out_dtype == torch.bfloat16 and bias is None:
                 y = torch.mm(x2d, codes.t())
             else:
                 y = torch.mm(x2d, codes.t(), out_dtype=torch.float32)
-        if bias is None:
-            y.mul_(scale)  # fp32 math, written back in y's dtype
-        else:  # bias + y * scale in fp32, rounded once into y (an exact overlap: elementwise in place)
-            torch.addcmul(bias.to(torch.float32), y, scale, out=y)
+        if y.dtype == torch.bfloat16:
+            scale_columns_(y, scale)
+            return y
+        y.mul_(scale)
+        if bias is not None:
+            y.add_(bias)
         return y if y.dtype == out_dtype else y.to(out_dtype)
     # dequantize(qw) rounded once to x's dtype (exact for MX in bf16), then the same GEMM as bf16 F.linear.
     w = _launch.dequantize(qw, x2d.dtype, config)
@@ -60,6 +67,32 @@ def linear(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype:
     if bias is not None:
         y.add_(bias.to(torch.float32))
     return y if y.dtype == out_dtype else y.to(out_dtype)
+
+
+SCALE_COLS_THREADS = 256
+
+
+def scale_cols_module(per_tensor: bool) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+    """The module key of csrc/scale_cols.cu (tools/perf/precompile_cuda.py and the ISA report compile the same)."""
+    return "scale_cols.cu", "fp8d_scale_cols", (("FP8D_CFG_PER_TENSOR", int(per_tensor)),)
+
+
+def scale_columns_(y: torch.Tensor, scale: torch.Tensor) -> None:
+    """y (bf16 [M, N], contiguous) *= scale (float32, 0-dim or [N]) in f32 math, rounded once, in place."""
+    if y.dtype != torch.bfloat16 or y.dim() != 2 or not y.is_contiguous() or y.data_ptr() % 16:
+        raise UnsupportedError(f"scale_columns_ takes a contiguous, 16-byte aligned bf16 [M, N] tensor, got {y.dtype} "
+                               f"{tuple(y.shape)} (contiguous: {y.is_contiguous()}, address % 16 = {y.data_ptr() % 16})")
+    m, n = y.shape
+    per_tensor = scale.dim() == 0
+    if scale.dtype != torch.float32 or not scale.is_contiguous() or (not per_tensor and tuple(scale.shape) != (n,)):
+        raise FormatError(f"scale_columns_ needs a float32 scale of shape [] or [{n}], got {scale.dtype} "
+                          f"{list(scale.shape)}")
+    total = m * n
+    vec = n % 8 == 0
+    grid = math.ceil(total / 8 / SCALE_COLS_THREADS) if vec else min(math.ceil(total / SCALE_COLS_THREADS), 65535 * 16)
+    device = y.device.index or 0
+    kernel = _launch._kernel(*scale_cols_module(per_tensor), device, _launch.device_arch(device))
+    _driver.launch(kernel, (max(grid, 1), 1, 1), (SCALE_COLS_THREADS, 1, 1), (ptr(y), ptr(scale), m, n))
 
 
 def _codes_view(qw: QWeight) -> QWeight:

@@ -148,7 +148,8 @@ class CudaDequantCublas(_CudaCandidate):
     id = "cuda.dequant_cublas"
     serves = frozenset((f, Act.BF16) for f in Format)
     config_type = DequantConfig
-    source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu", "kernels_cuda/_dequant_route.py")
+    source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu", "kernels_cuda/csrc/scale_cols.cu",
+                             "kernels_cuda/_dequant_route.py")
 
     def supports(self, problem: Problem, target: Target) -> Support:
         t = target_support(target)

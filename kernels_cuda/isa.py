@@ -92,6 +92,12 @@ def variants() -> list[Variant]:
         v.append(Variant(f"dequant[{s}]", "dequant.cu", (("FP8D_CFG_SCALE", {"tensor": 0, "row": 1, "block": 2,
                                                                           "mx": 3}[s]),),
                          Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.dequant_cublas", True))
+    from ._dequant_route import scale_cols_module  # noqa: PLC0415
+
+    for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW)):
+        name, _, d = scale_cols_module(f is Format.FP8_TENSOR)
+        v.append(Variant(f"scale_cols[{s}]", name, d, Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.dequant_cublas",
+                         False))
     return v
 
 
@@ -169,6 +175,8 @@ def row_for(v: Variant, arch: str) -> IsaRow:
     note = f"{res.get('registers', '?')} regs"
     if not facts.hw_e4m3_cvt and v.expect_hw_cvt and Target.simulated_for(arch).has_hw_fp8_cvt:
         note += "; EXPECTED hw F2FP e4m3 conversion is missing"
+    if v.kernel.startswith("scale_cols"):
+        note += "; no fp8 in this kernel (the bf16 output epilogue)"
     if v.kernel.startswith("w8a16_gemv") and "bf16" in v.kernel:
         note += "; bf16 decode in software by design (cheaper than F2FP + f16->bf16)"
     if "QMMA" not in facts.mma and v.kernel.startswith("w8a8") and arch == "sm_90":

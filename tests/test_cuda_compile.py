@@ -627,7 +627,7 @@ def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
     from tools.perf import precompile_cuda as pc
 
     items = pc.variants("sm_90", ("native",))
-    assert {i[0] for i in items} == {"gemv", "act_quant", "dequant"} and len(items) > 100
+    assert {i[0] for i in items} == {"gemv", "act_quant", "dequant", "scale_cols"} and len(items) > 100
     assert all(i[3] == "sm_90" for i in items)
     cfg = GemvConfig(8, 1, 2)
     w16 = _launch.gemv_module(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 1, cfg)

@@ -9,6 +9,8 @@ Weights get row/column-varied magnitudes so block, row and MX scales differ (uni
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -296,6 +298,24 @@ def test_dequant_all_codes_including_nan(launch, arch):
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
+@pytest.mark.parametrize("m,n", [(1, 8), (3, 4096), (300, 1000), (64, 1027)])
+def test_scale_columns_is_f32_math_rounded_once(launch, m, n):
+    """csrc/scale_cols.cu (the bf16 output epilogue of cuda.dequant_cublas): bit-identical to
+    (y.float() * scale).to(bf16), per row of N and per tensor, on the 16-byte path (N % 8 == 0) and the scalar one."""
+    from kernels_cuda._dequant_route import scale_columns_
+
+    g = torch.Generator(device="cuda").manual_seed(m * 7919 + n)
+    y = (torch.randn(m, n, device="cuda", generator=g) * 300).to(torch.bfloat16)
+    for scale in (torch.rand(n, device="cuda", generator=g) * 3e-3 + 1e-4,
+                  torch.tensor(0.0123, device="cuda")):
+        want = (y.float() * scale).to(torch.bfloat16)
+        got = y.clone()
+        scale_columns_(got, scale)
+        assert torch.equal(got, want)
+    with pytest.raises(Exception, match="16-byte aligned bf16"):
+        scale_columns_(y.float(), scale)
+
+
 # --- candidates, graphs, determinism ----------------------------------------------------------------
 def test_candidates_run_and_dequant_cublas(launch):
     from kernels_cuda.candidates import CudaDequantCublas, CudaW8A8Gemv, CudaW8A16Gemv
@@ -337,9 +357,9 @@ def test_dequant_cublas_matches_w8a16_semantics(launch, fmt):
             if fmt is Format.MXFP8 and x_dtype == torch.float16:
                 continue
             x = _x(m, k, x_dtype, 50 + i)
-            bias = torch.randn(n, device="cuda").to(x_dtype)
-            for out_dtype in (torch.float32, x_dtype):
-                p = Problem.of(x.shape, qw, x_dtype=x.dtype, out_dtype=out_dtype, has_bias=True)
+            for bias, out_dtype in itertools.product((None, torch.randn(n, device="cuda").to(x_dtype)),
+                                                     (torch.float32, x_dtype)):
+                p = Problem.of(x.shape, qw, x_dtype=x.dtype, out_dtype=out_dtype, has_bias=bias is not None)
                 assert m < 64 or cand.supports(p, target), cand.supports(p, target).reason
                 y = cand.run(x, qw, cand.prepare(qw), bias, out_dtype, DequantConfig())
                 assert y.dtype == out_dtype and y.shape == (m, n)

@@ -5,8 +5,8 @@ against bf16 F.linear on the same shape, on the GPU:
 
 Each piece alone, timed as the tools time a linear call (tools/perf/timing.py: CUDA-graph replay over weight copies
 rotating through > 3.3x L2, median): the codes through the dequant kernel, the bf16 GEMM on dequantized codes, the
-in-place scale pass over the output (one buffer: L2-resident where it fits, as it is right after the GEMM that
-wrote it), the whole route, and bf16 F.linear. The copies are sized for the bf16 weights. Columns in us; the last,
+in-place scale pass over the output (csrc/scale_cols.cu, and torch's y.mul_(scale) for comparison; one buffer:
+L2-resident where it fits, as it is right after the GEMM that wrote it), the whole route, and bf16 F.linear. The copies are sized for the bf16 weights. Columns in us; the last,
 bf16 / route.
 """
 
@@ -47,7 +47,8 @@ def _one_shape(n: int, k: int, ms: list[int], timer: CudaTimer, l2: int) -> None
         calls = {
             "codes": lambda i: _launch.dequantize(views[i], torch.bfloat16),
             "gemm": gemm,
-            "scale": lambda i: y.mul_(scale),
+            "scale": lambda i: _dequant_route.scale_columns_(y, scale),
+            "mul_": lambda i: y.mul_(scale),
             "route": lambda i: _dequant_route.linear(x, qws[i], None, torch.bfloat16, None),
             "bf16": lambda i: torch.nn.functional.linear(x, wbf[i]),
         }
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     timer, l2 = CudaTimer(), l2_bytes("cuda")
     warm_gpu(1.0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; graph replay median, us")
-    print(f"{'N x K':>12} {'M':>5} {'codes':>8} {'gemm':>8} {'scale':>8} {'route':>8} {'bf16':>8} {'bf16/route':>10}")
+    print(f"{'N x K':>12} {'M':>5} {'codes':>8} {'gemm':>8} {'scale':>8} {'mul_':>8} {'route':>8} {'bf16':>8} {'bf16/route':>10}")
     for n, k in map(_shape, args.shapes.split(",")):
         _one_shape(n, k, [int(m) for m in args.m.split(",")], timer, l2)
         torch.cuda.empty_cache()

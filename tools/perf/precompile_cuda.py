@@ -6,7 +6,8 @@ autotune another minute, out of a 30-minute device budget. Compiling the same mo
 takes a fraction of that, and the run then finds every module in the content-addressed cache.
 
 The cache key of a module is (source, defines, arch, NVRTC version): the launchers name their modules through
-`kernels_cuda._launch.gemv_module` / `act_quant_module` / `dequant_module`, and this tool compiles exactly what
+`kernels_cuda._launch.gemv_module` / `act_quant_module` / `dequant_module` and
+`kernels_cuda._dequant_route.scale_cols_module`, and this tool compiles exactly what
 those return, so the run then finds every module in the content-addressed cache. No GPU is touched; NVRTC alone
 runs (it works on a CPU-only machine too).
 
@@ -36,6 +37,7 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
 
     from dispatch.formats import ActGranularity, Format
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda._dequant_route import scale_cols_module
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
@@ -60,6 +62,9 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
             for fmt in Format:
                 name, _, d = dequant_module(fmt)
                 out.append(("dequant", name, d, a))
+            for per_tensor in (False, True):
+                name, _, d = scale_cols_module(per_tensor)
+                out.append(("scale_cols", name, d, a))
     return out
 
 
