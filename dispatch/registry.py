@@ -11,7 +11,7 @@ import hashlib
 import importlib
 import pathlib
 import threading
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from .problem import Candidate
 from .target import Target
@@ -150,21 +150,29 @@ def source_hash(candidate: Candidate) -> str:
     """
     key = f"{type(candidate).__module__}.{type(candidate).__qualname__}:{candidate.id}"
     h = _hash_cache.get(key)
-    if h is not None:
-        return h
-    files = tuple(candidate.source_files)
-    if not files:
-        h = ""
-    else:
-        digest = hashlib.sha256()
-        for f in files:
-            p = pathlib.Path(f)
-            p = p if p.is_absolute() else _REPO_ROOT / p
-            digest.update(str(f).encode() + b"\0")
-            try:
-                digest.update(p.read_bytes())
-            except OSError:
-                digest.update(b"<missing>")
-        h = "sha256:" + digest.hexdigest()[:16]
-    _hash_cache[key] = h
+    if h is None:
+        h = sources_digest(tuple(candidate.source_files), read_repo_file)
+        _hash_cache[key] = h
     return h
+
+
+def read_repo_file(path: str) -> bytes | None:
+    """A file of this checkout by its path in `source_files` (relative to the repository root), None if missing."""
+    p = pathlib.Path(path)
+    try:
+        return (p if p.is_absolute() else _REPO_ROOT / p).read_bytes()
+    except OSError:
+        return None
+
+
+def sources_digest(files: Sequence[str], read: Callable[[str], "bytes | None"]) -> str:
+    """The source hash of `files` as `read` returns them (None: missing); "" for no files. tools.restamp_table
+    computes it over another revision's files with the same function."""
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for f in files:
+        data = read(f)
+        digest.update(str(f).encode() + b"\0")
+        digest.update(b"<missing>" if data is None else data)
+    return "sha256:" + digest.hexdigest()[:16]

@@ -1,0 +1,117 @@
+"""tools/restamp_table: a measurement survives an edit of comments and docstrings, and nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+
+from dispatch import registry, tables
+from dispatch.target import Target
+from tools import restamp_table as rt
+
+PY_OLD = b'''"""Module doc."""
+import math
+
+
+def f(x):
+    """Doc of f."""
+    return math.sqrt(x) * 2  # why two
+'''
+PY_DOCS = b'''"""Module doc, reworded at length."""
+import math
+
+
+def f(x):
+    """Doc of f, now saying more."""
+    # a new comment
+    return math.sqrt(x) * 2  # why two: a longer reason
+'''
+PY_CODE = PY_DOCS.replace(b"* 2", b"* 3")
+
+CU_OLD = b'''// header comment
+__device__ float g(float a) {
+  const char* s = "keep // this"; /* block */
+  return a * 2.0f;  // trailing
+}
+'''
+CU_DOCS = b'''// header comment, rewritten
+// over two lines
+__device__ float g(float a) {
+  const char* s = "keep // this";
+    return a * 2.0f;
+}
+'''
+
+
+def test_c_comments_go_and_literals_stay():
+    assert rt.strip_c_comments('a = "x // y"; // z\nb = \'/\'; /* c\n d */ e') == 'a = "x // y"; \nb = \'/\';   e'
+    assert rt.strip_c_comments('s = "esc \\" // in"; t') == 's = "esc \\" // in"; t'
+
+
+def test_only_comment_and_docstring_edits_are_equivalent():
+    assert rt.why_not_equivalent("k.py", PY_OLD, PY_DOCS) is None
+    assert "code changed" in rt.why_not_equivalent("k.py", PY_OLD, PY_CODE)
+    assert rt.why_not_equivalent("k.cu", CU_OLD, CU_DOCS) is None
+    assert "code changed" in rt.why_not_equivalent("k.cu", CU_OLD, CU_DOCS.replace(b"2.0f", b"2.5f"))
+    # a literal is code: text inside a string must not be read as a comment
+    assert "code changed" in rt.why_not_equivalent("k.cu", CU_OLD, CU_OLD.replace(b"keep // this", b"keep"))
+    assert "changed" in rt.why_not_equivalent("t.yaml", b"a: 1\n", b"a: 1 # c\n")
+    assert "missing" in rt.why_not_equivalent("k.py", None, PY_OLD)
+    assert "cannot be parsed" in rt.why_not_equivalent("k.py", PY_OLD, b"def (:\n")
+
+
+def _table(entries):
+    t = tables.new_table(Target.simulated_for("sm_90", torch_version="2.11.0"), path="mem.yaml")
+    return tables.merge(t, entries)
+
+
+def _entry(impl, m, h):
+    n = 1024 * (1 + sorted(("cand.docs", "cand.code", "cand.other", "cand.gone")).index(impl))  # one key each
+    return tables.make_entry("fp8_row", "bf16", n, 4096, m, impl, {}, h, us=10.0, error=1e-3, note="measured")
+
+
+def test_restamp_carries_over_docs_only_edits_and_keeps_the_rest_stale():
+    base = {"a.py": PY_OLD, "b.cu": CU_OLD}
+    docs = {"a.py": PY_DOCS, "b.cu": CU_DOCS}
+    code = {"a.py": PY_CODE, "b.cu": CU_DOCS}
+    files = {"cand.docs": ("a.py", "b.cu"), "cand.code": ("a.py",), "cand.other": ("b.cu",)}
+    now = docs
+
+    def reader(d):
+        return d.get
+
+    h_base = registry.sources_digest(("a.py", "b.cu"), reader(base))
+    h_code_base = registry.sources_digest(("a.py",), reader(base))
+    h_now = registry.sources_digest(("a.py", "b.cu"), reader(now))
+    assert h_base != h_now
+    entries = [_entry("cand.docs", 1, h_base), _entry("cand.docs", 16, h_now),
+               _entry("cand.code", 1, h_code_base), _entry("cand.other", 1, "sha256:0000000000000000"),
+               _entry("cand.gone", 1, h_base)]
+    got, out = rt.restamp(_table(entries), files, reader(base), reader(now), "abc1234")
+    by = {(e.impl, e.m_bucket): e for e in got.entries}
+    assert by[("cand.docs", 1)].source_hash == h_now and "re-stamped from abc1234" in by[("cand.docs", 1)].note
+    assert by[("cand.docs", 1)].note.startswith("measured; ")
+    assert by[("cand.docs", 16)] == entries[1]  # current: untouched
+    assert by[("cand.code", 1)].source_hash == registry.sources_digest(("a.py",), reader(now))  # docs-only too
+    kept = {(e.impl, e.m_bucket): why for e, why in out.kept}
+    assert set(kept) == {("cand.other", 1), ("cand.gone", 1)} and len(out.restamped) == 2
+    assert "measured on sha256:0000000000000000, not on abc1234" in kept[("cand.other", 1)]
+    assert "no candidate" in kept[("cand.gone", 1)]
+
+    # the same base with a real code change in a.py: nothing that hashes a.py is carried over
+    got2, out2 = rt.restamp(_table(entries), files, reader(base), reader(code), "abc1234")
+    kept2 = {(e.impl, e.m_bucket): why for e, why in out2.kept}
+    assert "a.py: code changed" in kept2[("cand.docs", 1)] and "a.py: code changed" in kept2[("cand.code", 1)]
+    assert out2.restamped == []
+
+
+def test_git_reader_reads_a_revision(tmp_path):
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "k.py").write_bytes(PY_OLD)
+    git("add", "k.py")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    (tmp_path / "k.py").write_bytes(PY_DOCS)
+    read = rt.git_reader("HEAD", tmp_path)
+    assert read("k.py") == PY_OLD and read("missing.py") is None

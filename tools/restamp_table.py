@@ -1,0 +1,172 @@
+"""Carry tuning-table measurements over an edit of comments and docstrings only.
+
+A table entry records the hash of the files its candidate hashes (`dispatch.registry.source_hash`). Any byte edit
+makes it stale, a comment included: the dispatcher then ignores the measurement until a re-tune on the GPU. This
+tool proves that an edit changed no code and re-stamps the entries it covers:
+
+    python -m tools.restamp_table --base REV [--table tuning_db/nvidia_h200.yaml] [--dry-run]
+
+REV is the git revision whose sources were measured. For each stale entry, the candidate's files at REV must hash
+to the entry's recorded source_hash (so REV really is the measured code), and every one of them must be equivalent
+at REV and in the checkout:
+  .py          the same syntax tree once docstrings are removed (comments are not in it; neither are line numbers),
+  .cu / .cuh   the same lines once // and /* */ comments, leading and trailing blanks and empty lines are removed
+               (string and character literals are kept as they are),
+  other files  the same bytes.
+Only then does the entry get the checkout's source hash. Every other stale entry is left as it was, with the reason.
+A re-stamp is a claim about code, not a measurement: the note of each re-stamped entry says so and names REV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import pathlib
+import re
+import subprocess
+from typing import Callable, Mapping, Sequence
+
+from dispatch import registry, tables
+
+Reader = Callable[[str], "bytes | None"]
+
+
+# --- equivalence ----------------------------------------------------------------------------------------------
+def _python_without_docstrings(src: bytes) -> str:
+    tree = ast.parse(src)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:]
+    return ast.dump(tree)
+
+
+def strip_c_comments(src: str) -> str:
+    """`src` (C, C++, CUDA) without its comments; string and character literals untouched; a block comment
+    becomes one space (as the preprocessor does), a line comment ends at its newline."""
+    out, i, n = [], 0, len(src)
+    while i < n:
+        c = src[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            out.append(src[i:j + 1])
+            i = j + 1
+        elif src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            out.append(" ")
+            i = n if j < 0 else j + 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _c_code_lines(src: bytes) -> list[str]:
+    text = strip_c_comments(src.decode("utf-8", errors="surrogateescape"))
+    return [re.sub(r"[ \t]+", " ", line.strip()) for line in text.splitlines() if line.strip()]
+
+
+def why_not_equivalent(path: str, old: bytes | None, new: bytes | None) -> str | None:
+    """None when `old` and `new` (one file at two revisions) hold the same code, else the reason."""
+    if old is None or new is None:
+        return f"{path}: {'missing at the base' if old is None else 'missing now'}"
+    if old == new:
+        return None
+    suffix = pathlib.PurePath(path).suffix
+    try:
+        if suffix == ".py":
+            same = _python_without_docstrings(old) == _python_without_docstrings(new)
+        elif suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"):
+            same = _c_code_lines(old) == _c_code_lines(new)
+        else:
+            return f"{path}: changed (only .py and C/CUDA sources are compared beyond their bytes)"
+    except (SyntaxError, ValueError) as e:
+        return f"{path}: cannot be parsed ({e})"
+    return None if same else f"{path}: code changed, not only comments or docstrings"
+
+
+# --- re-stamping --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Outcome:
+    restamped: list[tables.Entry]
+    kept: list[tuple[tables.Entry, str]]  # still stale, why
+
+
+def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base: Reader, now: Reader,
+            base_name: str) -> tuple[tables.Table, Outcome]:
+    """`source_files`: candidate id -> the files it hashes. Entries current now are left alone."""
+    out = Outcome([], [])
+    verdicts: dict[str, tuple[str, str | None]] = {}  # impl -> (hash at the base, why not equivalent)
+    entries = []
+    for e in table.entries:
+        files = source_files.get(e.impl)
+        if files is None:
+            out.kept.append((e, f"no candidate {e.impl!r} in this checkout"))
+            entries.append(e)
+            continue
+        current = registry.sources_digest(files, now)
+        if e.source_hash == current:
+            entries.append(e)
+            continue
+        if e.impl not in verdicts:  # git is asked only for candidates with stale entries
+            reasons = [r for f in files if (r := why_not_equivalent(f, base(f), now(f)))]
+            verdicts[e.impl] = (registry.sources_digest(files, base), "; ".join(reasons) or None)
+        base_hash, why = verdicts[e.impl]
+        if e.source_hash != base_hash:
+            out.kept.append((e, f"measured on {e.source_hash}, not on {base_name} ({base_hash})"))
+            entries.append(e)
+        elif why:
+            out.kept.append((e, why))
+            entries.append(e)
+        else:
+            note = f"{e.note}; " if e.note else ""
+            e2 = dataclasses.replace(e, source_hash=current,
+                                     note=f"{note}re-stamped from {base_name}: comments/docstrings changed only")
+            out.restamped.append(e2)
+            entries.append(e2)
+    return dataclasses.replace(table, entries=tuple(entries)), out
+
+
+def git_reader(rev: str, repo: pathlib.Path) -> Reader:
+    def read(path: str) -> bytes | None:
+        r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True)
+        return r.stdout if r.returncode == 0 else None
+    return read
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="git revision of the measured sources")
+    ap.add_argument("--table", action="append", help="table file(s); default: every shipped table")
+    ap.add_argument("--dry-run", action="store_true", help="report only, write nothing")
+    args = ap.parse_args(argv)
+    import tuning_db  # noqa: PLC0415
+
+    repo = pathlib.Path(registry.__file__).resolve().parents[1]
+    rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=repo, capture_output=True, text=True)
+    if rev.returncode != 0:
+        raise SystemExit(f"restamp_table: {args.base!r} is not a git revision here: {rev.stderr.strip()}")
+    base_name = rev.stdout.strip()
+    files = {c.id: tuple(c.source_files) for c in registry.candidates()}
+    for path in args.table or [str(p) for p in tuning_db.table_paths()]:
+        table = tables.load_table(path)
+        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name)
+        for e, why in out.kept:
+            print(f"still stale: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}: {why}")
+        print(f"{pathlib.Path(path).name}: {len(out.restamped)} entries re-stamped from {base_name}, "
+              f"{len(out.kept)} left stale" + (" (dry run: nothing written)" if args.dry_run else ""))
+        if out.restamped and not args.dry_run:
+            tables.save_table(new, path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
