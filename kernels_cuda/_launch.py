@@ -115,6 +115,8 @@ def act_quant_module(force_sw_cvt: bool = False) -> tuple[str, tuple[tuple[str, 
 
 
 def dequant_module(fmt: Format, force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+    """The dequant module for a weight format's scale layout (csrc/dequant.cu); `force_sw_cvt`: the software e4m3
+    decode that sm_80 gets, on any arch."""
     d = {"FP8D_CFG_SCALE": SCALE_CODE[fmt], **_extra_defines(False, force_sw_cvt)}
     return "dequant.cu", "fp8d_dequant", tuple(sorted(d.items()))
 

@@ -136,7 +136,7 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
 @dataclasses.dataclass(frozen=True)
 class DequantConfig(KernelConfig):
     """csrc/dequant.cu: `threads` per CTA, each thread one 16-code chunk (K % 16 == 0). More chunks per thread
-    (all loaded before any is decoded) measured 60-70 % of the copy rate on the H200 against 80-94 % for one
+    (all loaded before any is decoded) measured 55-76 % of the copy rate on the H200 against 67-94 % for one
     (session 7, docs/perf/h200_dequant_ab_2026-11-29_s7.md)."""
 
     threads: int = 256

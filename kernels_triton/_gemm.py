@@ -26,6 +26,13 @@ Shared structure:
     (sm_80: Triton rejects fp8e4nv even as a pointer type) they travel as uint8 and are decoded exactly
     in software (kernels_triton._fp8); W8A8 then multiplies the exactly decoded bf16 values with bf16
     MMA: the same products as fp8 MMA, the same semantics.
+  - FAST_BF16 (W8A16, a constexpr; NVIDIA with bf16 activations): the weight tile for wgmma's register operand
+    is decoded with _fp8.e4m3_to_bf16_spread (prmt, shift, AND, one bf16x2 multiply per pair) instead of
+    Triton's conversion (F2FP plus one F2F.BF16.F16 per element, as many cycles as the K step's wgmma);
+    exact either way. FP8DISPATCH_TRITON_FAST_BF16=0 turns it off (session 8: 1.098x geomean on the H200).
+  - WGMMA_DRAIN (W8A16, a constexpr; wgmma targets): `_wgmma.wait_all` at the top of each K step. ptxas before
+    CUDA 13.3 re-uses the registers of wgmmas still in flight (triton-lang/triton PR 11781), which gave
+    non-finite outputs on the H200; dispatch.isa.wgmma_register_hazards finds such writes in the SASS.
   - DOT_F32 (a constexpr) is the CPU-interpreter path ONLY: operands are widened to fp32 and multiplied
     with input_precision="ieee", because the interpreter multiplies the raw bits of bf16 dots. It is
     exact for these operands, but it is NOT what runs on a GPU and tests that use it are not GPU
