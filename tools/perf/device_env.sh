@@ -1,8 +1,8 @@
 # Sourced by the scripts that run on the lent GPU machine (tools/gpu_suite.sh, tools/perf/*.sh): the checkout's
 # root as working directory and import path, unbuffered output (logs survive a timeout), the NVRTC cache in /tmp,
 # and $OUT (what the device tool brings back), created. fp8d_record_env FILE writes what a measurement must state
-# (date, commit, the source digest of tools/perf/source_digest.py, GPU and driver, torch / triton / CUDA / cupy
-# versions) to FILE and stdout.
+# (date, commit, the source digest of tools/perf/source_digest.py, GPU and driver, torch / triton / CUDA / cupy /
+# numpy versions) to FILE and stdout.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
@@ -15,6 +15,7 @@ fp8d_record_env() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
     python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
     python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
+    python3 -c 'import numpy; print("numpy", numpy.__version__)' 2>&1 | tail -1  # Triton 3.6's interpreter needs < 2.4
   } | tee "$1"
 }
 # fp8d_pytest LOG LIMIT PYTEST-ARGS...: GPU tests over TEST_PROCS (12) processes within LIMIT seconds (each test within
