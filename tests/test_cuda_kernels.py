@@ -325,6 +325,7 @@ def test_cublas_bf16_output_is_within_one_ulp_of_the_rounded_fp32_output(launch)
 def test_scale_columns_is_f32_math_rounded_once(launch, m, n):
     """csrc/scale_cols.cu (the bf16 output epilogue of cuda.dequant_cublas): bit-identical to
     (y.float() * scale).to(bf16), per row of N and per tensor, on the 16-byte path (N % 8 == 0) and the scalar one."""
+    from dispatch.errors import UnsupportedError
     from kernels_cuda._dequant_route import scale_columns_
 
     g = torch.Generator(device="cuda").manual_seed(m * 7919 + n)
@@ -335,7 +336,7 @@ def test_scale_columns_is_f32_math_rounded_once(launch, m, n):
         got = y.clone()
         scale_columns_(got, scale)
         assert torch.equal(got, want)
-    with pytest.raises(Exception, match="16-byte aligned bf16"):
+    with pytest.raises(UnsupportedError, match="16-byte aligned bf16"):
         scale_columns_(y.float(), scale)
 
 

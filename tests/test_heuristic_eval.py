@@ -19,16 +19,30 @@ def test_heuristic_alone_is_within_15_percent_on_most_measured_cells():
 
 
 CANDIDATES = REPO / "docs/perf/h200_candidates_2026-11-29_s3.json"
+# Session 9 changed cuda.dequant_cublas for fp8_row and re-measured every candidate on fp8_row/bf16 and mxfp8/bf16
+# at M >= 64: those cells replace session 3's (whose times for that route belong to code that no longer exists).
+CANDIDATES_S9 = REPO / "docs/perf/h200_candidates_2026-11-29_s9.json"
+
+
+def _current_candidates() -> dict:
+    def key(e):
+        return (e["format"], e["act"], e["n"], e["k"], e["m"])
+
+    newer = {key(e): e for e in json.loads(CANDIDATES_S9.read_text())["main"]}
+    cells = json.loads(CANDIDATES.read_text())["main"]
+    assert sum(key(e) in newer for e in cells) == len(newer) == 64
+    return {"main": [newer.get(key(e), e) for e in cells]}
 
 
 def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
-    """Every candidate measured on 8 shapes x 7 M buckets x 5 format/acts (sessions 2 and 3, each candidate's
+    """Every candidate measured on 8 shapes x 7 M buckets x 5 format/acts (sessions 2, 3 and 9, each candidate's
     current code): each cell decided with the shipped H200 table minus its own shape (the nearest-shape
-    entries, then the heuristic) picks a candidate within 15 % of the fastest in 277 of 280 cells; the
-    heuristic alone in 271."""
+    entries, then the heuristic) picks a candidate within 15 % of the fastest in 273 of 280 cells (276 with
+    session 8's table and data; the 3 new misses are fp8_row/bf16 at M = 1024, where session 9 made the dequantize
+    route and the Triton GEMM near ties: 1.16-1.18x); the heuristic alone in 269."""
     from dispatch import tables
 
-    data = json.loads(CANDIDATES.read_text())
+    data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
     assert r["within"] >= 272, r["misses"]

@@ -8,6 +8,7 @@ table gets (issue 7 asks for within 15 % of autotuned).
     python -m tools.heuristic_eval docs/perf/h200_bench_results_2026-11-29.json
     python -m tools.heuristic_eval --journal J1.jsonl [J2.jsonl ...]   # autotune journals: every candidate timed
     python -m tools.heuristic_eval --journal ... --leave-one-shape-out tuning_db/nvidia_h200.yaml
+    python -m tools.heuristic_eval --journal J.jsonl --write-cells docs/perf/h200_candidates_DATE.json --source "..."
 
 Note: the heuristic's priors were fitted to that same run (dispatch/heuristic.py), so on it the score is
 in-sample; a later run on new shapes is the out-of-sample check.
@@ -98,11 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", nargs="+", default=[], help="autotune journal.jsonl files instead of results")
     ap.add_argument("--leave-one-shape-out", metavar="TABLE",
                     help="decide each cell with this table minus the cell's own shape (the fallback chain)")
+    ap.add_argument("--write-cells", metavar="OUT.json",
+                    help="with --journal: also write the per-cell best times (the docs/perf/h200_candidates_*.json form)")
+    ap.add_argument("--source", default="", help="with --write-cells: where the journals came from (stored as 'source')")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--torch-version", default="2.11.0")
     args = ap.parse_args(argv)
     if args.journal:
         data = results_from_journals([open(p).read().splitlines() for p in args.journal])
+        if args.write_cells:
+            with open(args.write_cells, "w") as f:
+                json.dump({"source": args.source, **data}, f, indent=1)
     elif args.results:
         with open(args.results) as f:
             data = json.load(f)
