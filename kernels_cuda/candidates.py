@@ -167,6 +167,15 @@ class CudaDequantCublas(_CudaCandidate):
             return Support.no("mxfp8 with fp16 activations: 2^e-scaled weights leave fp16's range")
         return Support.yes("dequantize per call (one pass over W), then one cuBLAS GEMM")
 
+    def prepare(self, qw: QWeight) -> Any:
+        # tensor/row: the codes view (the weight as fp8_tensor with a scale of 1.0) is built here, at load time.
+        # Built by the first run() instead, inside CUDA-graph capture, its scale tensor would be written only when
+        # the graph replays: an eager call before any replay would read garbage. The dispatcher never runs
+        # prepare() inside capture (it asks for an eager warm-up call instead).
+        if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW) and qw.device.type == "cuda":
+            _dequant_route._codes_view(qw)
+        return None
+
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return list(DEQUANT_CONFIGS)
 
