@@ -2,7 +2,8 @@
 the ISA report.
 
 - act_quant.cu and dequant.cu are vendor-neutral streams (hardware fp8 encode/decode through gfx12_fp8.h):
-  the HIP backend launches them (activation quantization for W8A8, the dequantize route at large M).
+  the HIP backend launches act_quant.cu (activation quantization for W8A8); dequant.cu is compiled for the
+  report only, as no HIP candidate has a dequantize route yet (docs/hip.md).
 - gemv_w8a16.cu / gemv_w8a8.cu are written around mma.sync fragments, which gfx12 lacks; portability.cuh
   emulates them with lane shuffles, which compiles (the report shows it) but spills and is slow, so on
   gfx12 the backend uses its own WMMA kernels (w8a16_wmma_gfx12.hip, w8a8_wmma_gfx12.hip) instead.
