@@ -11,8 +11,8 @@ GEMM with fp32 accumulation and an fp32 split-K reduction (`full_precision_reduc
         the fp32 scale (fp32 math, one more rounding). Both roundings are relative to the output itself, so
         cancellation does not amplify them: at most 2^-8 relative each, 2^-7 together, which the GPU test of the
         route allows (one rounding alone failed it: 84.5 for 85.01, H200, session 9). cuBLAS's bf16 output is its
-        fp32 output rounded once (no output differed on the H200: tests/test_cuda_kernels.py). Extra traffic per output: 4 bytes, against 8 for an fp32 GEMM output
-        scaled and cast in one pass.
+        fp32 output rounded once (no output differed on the H200: tests/test_cuda_kernels.py). Extra traffic per
+        output: 4 bytes, against 8 for an fp32 GEMM output scaled and cast in one pass.
       otherwise: the GEMM writes fp32, the scale multiplies it (and the bias adds), then one cast. Extra traffic per
         output: 16 bytes (what session 6 measured at 0.6-0.8x of bf16 for fp8_row at M >= 1024, together with
         torch's own fp8 -> bf16 conversion of the codes, 3-4x slower than the dequant kernel). fp16 activations

@@ -6,8 +6,8 @@ against bf16 F.linear on the same shape, on the GPU:
 Each piece alone, timed as the tools time a linear call (tools/perf/timing.py: CUDA-graph replay over weight copies
 rotating through > 3.3x L2, median): the codes through the dequant kernel, the bf16 GEMM on dequantized codes, the
 in-place scale pass over the output (csrc/scale_cols.cu, and torch's y.mul_(scale) for comparison; one buffer:
-L2-resident where it fits, as it is right after the GEMM that wrote it), the whole route, and bf16 F.linear. The copies are sized for the bf16 weights. Columns in us; the last,
-bf16 / route.
+L2-resident where it fits, as it is right after the GEMM that wrote it), the whole route, and bf16 F.linear. The
+copies are sized for the bf16 weights. Columns in us; the last, bf16 / route.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     timer, l2 = CudaTimer(), l2_bytes("cuda")
     warm_gpu(1.0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; graph replay median, us")
-    print(f"{'N x K':>12} {'M':>5} {'codes':>8} {'gemm':>8} {'scale':>8} {'mul_':>8} {'route':>8} {'bf16':>8} {'bf16/route':>10}")
+    cols = ("codes", "gemm", "scale", "mul_", "route", "bf16")
+    print(f"{'N x K':>12} {'M':>5} " + " ".join(f"{c:>8}" for c in cols) + f" {'bf16/route':>10}")
     for n, k in map(_shape, args.shapes.split(",")):
         _one_shape(n, k, [int(m) for m in args.m.split(",")], timer, l2)
         torch.cuda.empty_cache()
