@@ -47,3 +47,26 @@ def pytest_runtest_logreport(report):
     if path and report.failed:
         with open(path, "a") as f:
             f.write(f"===== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
+def require_triton_interpreter() -> None:
+    """For the launchers of the interpreter suites: skip where Triton's interpreter cannot run (a GPU machine's
+    numpy), but fail under tools/test.sh (CI's command, which sets FP8DISPATCH_REQUIRE_INTERPRETER): CI must run them."""
+    why = triton_interpreter_unusable()
+    if why:
+        (pytest.fail if os.environ.get("FP8DISPATCH_REQUIRE_INTERPRETER") else pytest.skip)(why)
+
+
+def triton_interpreter_unusable() -> str | None:
+    """Why Triton's CPU interpreter cannot run in this environment, or None. Triton 3.6 needs numpy < 2.4
+    (tools/env.sh pins it for CI): its interpreter converts one-element arrays to Python scalars, which newer numpy
+    refuses ("only 0-dimensional arrays can be converted to Python scalars", on the GPU machine, session 9)."""
+    import numpy
+    import triton
+
+    numpy_version = tuple(int(p) for p in numpy.__version__.split(".")[:2])
+    if triton.__version__.startswith("3.6.") and numpy_version >= (2, 4):
+        return (f"Triton {triton.__version__}'s interpreter needs numpy < 2.4, this environment has numpy "
+                f"{numpy.__version__} (CI pins it: tools/env.sh)")
+    return None
+

@@ -26,6 +26,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import dispatch
+from conftest import require_triton_interpreter
 from dispatch.formats import ActGranularity
 from dispatch.target import Target
 
@@ -316,6 +317,7 @@ def test_interp_strided_rows():
 
 @pytest.mark.skipif(INTERP, reason="this is the launcher of the interpreter subprocess")
 def test_interpreter_suite():
+    require_triton_interpreter()
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
         [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "interp",

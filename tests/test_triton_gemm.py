@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, require_triton_interpreter
 from dispatch.formats import Act, Format
 from dispatch.problem import Problem
 from dispatch.target import Target
@@ -26,6 +26,7 @@ ARCHS = ("sm_80", "sm_89", "sm_90", "gfx1201")
 def test_interpreter_suite():
     """Runs tests/test_triton_gemm_interp.py under TRITON_INTERPRET=1 (must be set before triton imports)."""
     pytest.importorskip("triton")
+    require_triton_interpreter()
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         str(REPO / "tests" / "test_triton_gemm_interp.py")],

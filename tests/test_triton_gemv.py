@@ -21,6 +21,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import dispatch
+from conftest import require_triton_interpreter
 from dispatch import reference
 from dispatch.problem import Problem
 
@@ -145,6 +146,7 @@ def test_candidates_support_and_configs():
 
 @pytest.mark.skipif(INTERP, reason="launcher of the interpreter subprocess")
 def test_interpreter_suite():
+    require_triton_interpreter()
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "interp",
                         __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
