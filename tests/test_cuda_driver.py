@@ -166,3 +166,51 @@ def test_pdl_only_where_the_code_has_griddepcontrol(monkeypatch, arch, want):
         assert _launch.pdl_allowed(arch) is False
     finally:
         _launch.pdl_allowed.cache_clear()
+
+
+def test_dequant_route_picks_the_output_path_by_dtypes_and_bias(monkeypatch):
+    """kernels_cuda._dequant_route.linear on the CPU with its kernels emulated (the dequant kernel as
+    dispatch.dequantize, csrc/scale_cols.cu as f32 math rounded once, cuBLAS as an fp64 product rounded once):
+    tensor/row scales take the bf16-output path with the in-place scale only for bf16 in and out without a bias,
+    the fp32-output path otherwise (a bias can cancel the product: rounding before adding it is not relative to
+    the output); mxfp8 takes one GEMM on the exact weight. The GPU tests run the real kernels."""
+    import torch
+
+    import dispatch
+    from dispatch import reference
+    from dispatch.formats import Format
+    from kernels_cuda import _dequant_route
+
+    scaled = []
+
+    def fake_mm(a, b, out_dtype=None):
+        return (a.double() @ b.double()).to(out_dtype or a.dtype)
+
+    def fake_scale(y, scale):
+        scaled.append(tuple(y.shape))
+        y.copy_((y.float() * scale).to(y.dtype))
+
+    monkeypatch.setattr(torch, "mm", fake_mm)
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, w, b=None: (x.double() @ w.double().T + (0 if b is None else b.double())).to(x.dtype))
+    monkeypatch.setattr(_dequant_route._launch, "dequantize", lambda qw, dtype, cfg=None: dispatch.dequantize(qw).to(dtype))
+    monkeypatch.setattr(_dequant_route, "scale_columns_", fake_scale)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 256, generator=g)
+    for fmt in (Format.FP8_ROW, Format.FP8_TENSOR, Format.MXFP8):
+        qw = dispatch.quantize(w, fmt, act="bf16")
+        for x_dtype, out_dtype, with_bias in [(torch.bfloat16, torch.bfloat16, False), (torch.bfloat16, torch.bfloat16, True),
+                                              (torch.bfloat16, torch.float32, False), (torch.float16, torch.float16, True)]:
+            if fmt is Format.MXFP8 and x_dtype == torch.float16:
+                continue
+            x = torch.randn(5, 256, generator=g).to(x_dtype)
+            bias = torch.randn(96, generator=g).to(x_dtype) if with_bias else None
+            scaled.clear()
+            y = _dequant_route.linear(x, qw, bias, out_dtype, None)
+            want_scale_pass = fmt is not Format.MXFP8 and x_dtype == out_dtype == torch.bfloat16 and not with_bias
+            assert y.dtype == out_dtype and y.shape == (5, 96)
+            assert scaled == ([(5, 96)] if want_scale_pass else []), (fmt, x_dtype, out_dtype, with_bias)
+            ref = reference.linear(x, qw, bias, out_dtype=torch.float64)
+            rounds = 2 if want_scale_pass else 1
+            eps = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10}[out_dtype] * rounds
+            assert ((y.double() - ref).abs() <= ref.abs() * eps + 1e-6 * ref.abs().max()).all(), (fmt, x_dtype, with_bias)
