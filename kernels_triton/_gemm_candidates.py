@@ -6,8 +6,7 @@ nor torch.cuda; the kernels load on the first `run`.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -17,19 +16,7 @@ from dispatch.target import Target, detect
 
 from ._gemm_config import GemmConfig, w8a8_configs, w8a16_configs
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
-from .candidates import TritonCandidate
-
-
-@functools.lru_cache(maxsize=None)
-def _checker(kernel_name: str) -> Callable[[str], None]:
-    """The run-time wgmma register check (_sass_guard) of one GEMM kernel, bound once: its imports stay off the
-    per-call path."""
-    from . import _gemm, _sass_guard
-    return functools.partial(_sass_guard.check_new_kernels, getattr(_gemm, kernel_name))
-
-
-def _check_compiled(kernel_name: str, what: str) -> None:
-    _checker(kernel_name)(what)
+from .candidates import TritonCandidate, check_compiled
 
 
 class _GemmCandidate(TritonCandidate):
@@ -68,7 +55,7 @@ class TritonW8A16Gemm(_GemmCandidate):
         qw.require(qw.format, Act.BF16)
         hw = detect(x2d.device).has_triton_fp8_dtype
         y = w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
-        _check_compiled("_w8a16_gemm_kernel", self.id)
+        check_compiled("_gemm", "_w8a16_gemm_kernel", self.id)
         return y
 
 
@@ -117,7 +104,7 @@ class TritonW8A8Gemm(_GemmCandidate):
         hw = detect(x2d.device).has_triton_fp8_dtype
         xq, xs = quantize_activation(x2d, qw.act_granularity, hw_fp8=hw)
         y = w8a8_gemm(xq, xs, qw, bias, out_dtype, config, hw_fp8=hw)
-        _check_compiled("_w8a8_gemm_kernel", self.id)
+        check_compiled("_gemm", "_w8a8_gemm_kernel", self.id)
         return y
 
 

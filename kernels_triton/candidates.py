@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import importlib
 from typing import Any, Callable, ClassVar, Sequence
 
 import torch
@@ -100,10 +101,17 @@ class TritonCandidate(Candidate):
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
 @functools.lru_cache(maxsize=None)
-def _gemv_checker() -> Callable[[str], None]:
-    """_sass_guard.check_new_kernels bound to the decode kernel, once (its imports stay off the per-call path)."""
-    from . import _gemv_kernels, _sass_guard
-    return functools.partial(_sass_guard.check_new_kernels, _gemv_kernels._gemv_kernel)
+def _bound_check(module: str, kernel: str) -> Callable[[str], None]:
+    """_sass_guard.check_new_kernels bound to one JIT kernel, once: its imports stay off the per-call path."""
+    from . import _sass_guard
+    return functools.partial(_sass_guard.check_new_kernels,
+                             getattr(importlib.import_module(f"{__package__}.{module}"), kernel))
+
+
+def check_compiled(module: str, kernel: str, what: str) -> None:
+    """The run-time wgmma register check (_sass_guard) of what `module.kernel` compiled so far, after each launch of
+    a Triton candidate (`what`: its id, for the error); raises CompileError on a racy kernel."""
+    _bound_check(module, kernel)(what)
 
 
 class _GemvCandidate(TritonCandidate):
@@ -131,7 +139,7 @@ class _GemvCandidate(TritonCandidate):
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         assert isinstance(config, GemvConfig)
         y = self._launcher()(x2d, qw, bias, out_dtype, config)
-        _gemv_checker()(self.id)  # the run-time wgmma register check (_sass_guard)
+        check_compiled("_gemv_kernels", "_gemv_kernel", self.id)
         return y
 
 

@@ -336,8 +336,8 @@ def test_w8a16_register_wgmma_race_is_fixed_at_two_ctas_per_sm(fmt):
 
 
 def test_run_time_wgmma_check_passes_the_shipped_kernels_and_refuses_an_undrained_one(monkeypatch):
-    """kernels_triton._sass_guard on real launches (written in session 8 after its last device call: first run in
-    the next GPU session). The candidates' kernels are checked without a warning; with the drain patched off, the
+    """kernels_triton._sass_guard on real launches (written in session 8; first ran, and passed, on the H200 in
+    session 9). The candidates' kernels are checked without a warning; with the drain patched off, the
     racy config's kernel (register hazards in its SASS with the bundled ptxas) raises CompileError."""
     import warnings
 

@@ -240,14 +240,14 @@ def test_an_unknown_cache_layout_switches_the_check_off_with_one_warning(monkeyp
 
 
 def test_the_gemm_candidates_check_their_real_jit_function(monkeypatch):
-    """The wiring the candidates use (_gemm_candidates._check_compiled) on the real triton.JITFunction: a compiled
-    kernel placed in its per-device cache (under a device key no launch uses) is found and checked."""
+    """The wiring the candidates use (kernels_triton.candidates.check_compiled) on the real triton.JITFunction: a
+    compiled kernel placed in its per-device cache (under a device key no launch uses) is found and checked."""
     from dispatch.errors import CompileError
     from kernels_triton import _gemm
-    from kernels_triton._gemm_candidates import _check_compiled
+    from kernels_triton.candidates import check_compiled
     if _ptxas_version() >= (13, 3):
         pytest.skip("this ptxas has NVIDIA's fix: no racy kernel to build")
     fn = _gemm._w8a16_gemm_kernel
     monkeypatch.setitem(fn.device_caches, "test-device", ({"racy": _compiled(False)}, None, None, None, None))
     with pytest.raises(CompileError, match="triton.w8a16_gemm: Triton compiled"):
-        _check_compiled("_w8a16_gemm_kernel", "triton.w8a16_gemm")
+        check_compiled("_gemm", "_w8a16_gemm_kernel", "triton.w8a16_gemm")
