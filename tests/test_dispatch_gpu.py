@@ -156,31 +156,53 @@ def test_cuda_graph_capture_replay(fa):
             assert _rel(static_y, dispatch.reference.linear(new, qw)) < 1.5e-2, (fa, m)
 
 
-def test_capture_without_warmup_is_a_clear_error():
+def _route_with_preparation():
+    """(qw, x, policy context) of a call whose chosen candidate has load-time preparation: the table's choice for
+    some format at M = 8 if one has it, else cuda.dequant_cublas forced at M = 64 (its prepare() builds the
+    fp8_tensor codes view of an fp8_row weight, session 9)."""
+    import contextlib
     for fmt, act in PAIRS:
         qw = dispatch.quantize(torch.randn(256, 512, device="cuda"), fmt, act=act)
         x = _x(8, 512, torch.bfloat16)
         chosen = registry.get(dispatch.explain(x, qw).candidate_id)
         if type(chosen).prepare is not dispatch.problem.Candidate.prepare:
-            break
-    else:
-        pytest.skip("no chosen route with load-time preparation here")
-    g = torch.cuda.CUDAGraph()
+            return qw, x, contextlib.nullcontext()
+    qw = dispatch.quantize(torch.randn(256, 512, device="cuda"), "fp8_row", act="bf16")
+    x = _x(64, 512, torch.bfloat16)
+    policy = dispatch.force("cuda.dequant_cublas")
     try:
-        with pytest.raises(UnsupportedError, match="eagerly"):
-            with torch.cuda.graph(g):
-                dispatch.linear(x, qw)
-    except RuntimeError:
-        pass  # capture aborted by the raised error: acceptable, the error above is what users see
-    torch.cuda.synchronize()
-    # after the eager warm-up, capture works
-    dispatch.linear(x, qw)
-    g2 = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g2):
-        y = dispatch.linear(x, qw)
-    g2.replay()
-    torch.cuda.synchronize()
-    assert _rel(y, dispatch.reference.linear(x, qw)) < 1.5e-2
+        with policy:
+            chosen = dispatch.explain(x, qw).candidate_id
+    except UnsupportedError:
+        chosen = None
+    if chosen != "cuda.dequant_cublas":
+        pytest.skip("no chosen route with load-time preparation here, and cuda.dequant_cublas is unavailable")
+    return qw, x, dispatch.force("cuda.dequant_cublas")
+
+
+def test_capture_without_warmup_is_a_clear_error():
+    qw, x, policy = _route_with_preparation()
+    with policy:
+        g = torch.cuda.CUDAGraph()
+        try:
+            with pytest.raises(UnsupportedError, match="eagerly"):
+                with torch.cuda.graph(g):
+                    dispatch.linear(x, qw)
+        except RuntimeError:
+            pass  # capture aborted by the raised error: acceptable, the error above is what users see
+        torch.cuda.synchronize()
+        # after the eager warm-up, capture works
+        dispatch.linear(x, qw)
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2):
+            y = dispatch.linear(x, qw)
+        # an eager call between capture and the first replay reads only what prepare() wrote before the capture
+        eager = dispatch.linear(x, qw)
+        torch.cuda.synchronize()
+        assert _rel(eager, dispatch.reference.linear(x, qw)) < 1.5e-2
+        g2.replay()
+        torch.cuda.synchronize()
+        assert _rel(y, dispatch.reference.linear(x, qw)) < 1.5e-2
 
 
 def test_torch_compile_fullgraph_inductor():

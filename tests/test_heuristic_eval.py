@@ -22,30 +22,39 @@ CANDIDATES = REPO / "docs/perf/h200_candidates_2026-11-29_s3.json"
 # Session 9 changed cuda.dequant_cublas for fp8_row and re-measured every candidate on fp8_row/bf16 and mxfp8/bf16
 # at M >= 64: those cells replace session 3's (whose times for that route belong to code that no longer exists).
 CANDIDATES_S9 = REPO / "docs/perf/h200_candidates_2026-11-29_s9.json"
+# Session 10 added a tile to the mxfp8 W8A16 GEMM space (M <= 256) and re-tuned every key with a Triton GEMM winner:
+# every candidate on fp8_row/bf16 at M >= 64, mxfp8/bf16 and the W8A8 formats at M = 64, 256, two W8A8 formats at 16.
+CANDIDATES_S10 = REPO / "docs/perf/h200_candidates_2026-11-30_s10.json"
 
 
 def _current_candidates() -> dict:
     def key(e):
         return (e["format"], e["act"], e["n"], e["k"], e["m"])
 
-    newer = {key(e): e for e in json.loads(CANDIDATES_S9.read_text())["main"]}
     cells = json.loads(CANDIDATES.read_text())["main"]
-    assert sum(key(e) in newer for e in cells) == len(newer) == 64
-    return {"main": [newer.get(key(e), e) for e in cells]}
+    for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112)):  # later measurements replace earlier ones
+        newer = {key(e): e for e in json.loads(path.read_text())["main"]}
+        assert sum(key(e) in newer for e in cells) == len(newer) == count, path
+        cells = [newer.get(key(e), e) for e in cells]
+    return {"main": cells}
 
 
 def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
-    """Every candidate measured on 8 shapes x 7 M buckets x 5 format/acts (sessions 2, 3 and 9, each candidate's
-    current code): each cell decided with the shipped H200 table minus its own shape (the nearest-shape
-    entries, then the heuristic) picks a candidate within 15 % of the fastest in 273 of 280 cells (276 with
-    session 8's table and data; the 3 new misses are fp8_row/bf16 at M = 1024, where session 9 made the dequantize
-    route and the Triton GEMM near ties: 1.16-1.18x); the heuristic alone in 269."""
+    """Every candidate measured on 8 shapes x 7 M buckets x 5 format/acts (sessions 2, 3, 9 and 10, the newest
+    measurement of each cell): each cell decided with the shipped H200 table minus its own shape (the nearest-shape
+    entries, then the heuristic) picks a candidate within 15 % of the fastest in 270 of 280 cells; the heuristic
+    alone in 263.
+    History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
+    where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
+    has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
+    GEMV of session 7's code against the Triton GEMM: 1.17-1.26x; session 3's data timed older GEMVs), one, mxfp8
+    8192x8192 M = 256, from session 10's new mxfp8 tile (its nearest shapes keep the dequantize route, 1.22x)."""
     from dispatch import tables
 
     data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
-    assert r["within"] >= 272, r["misses"]
+    assert r["within"] >= 269, r["misses"]
     assert evaluate(data)["within"] >= 262
 
 
