@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 
@@ -14,16 +12,13 @@ def main(argv=None) -> None:
     from dispatch.formats import Format
     from kernels_triton import _gemm_launch
     from kernels_triton._gemm_config import GemmConfig
+    from tools.perf.profile_gemv import problem_parser
+    from tools.perf.timing import eager_median_us
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=6144)
-    ap.add_argument("--k", type=int, default=4096)
-    ap.add_argument("--m", type=int, default=1024)
-    ap.add_argument("--fmt", default="fp8_row")
+    ap = problem_parser(6144, 4096, 1024)
     ap.add_argument("--config", default="128,128,64,8,4,1,0,1",
                     help="block_m,block_n,block_k,num_warps,num_stages,swap_ab,tma,split_k (GemmConfig, group_m 8)")
     ap.add_argument("--bf16", action="store_true", help="time bf16 F.linear (cuBLAS) on the same shape instead")
-    ap.add_argument("--iters", type=int, default=5)
     args = ap.parse_args(argv)
     bm, bn, bk, warps, stages, swap, tma, split = (int(v) for v in args.config.split(","))
     cfg = GemmConfig(bm, bn, bk, 8, warps, stages, swap_ab=bool(swap), tma=bool(tma), split_k=split)
@@ -41,15 +36,7 @@ def main(argv=None) -> None:
 
         def run():
             _gemm_launch.w8a16_gemm(x, qw, None, torch.bfloat16, cfg, hw_fp8=True)
-    times = []
-    for _ in range(args.iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    print(f"{what} {args.n}x{args.k} M={args.m}: median {sorted(times)[len(times) // 2]:.2f} us (eager)")
+    print(f"{what} {args.n}x{args.k} M={args.m}: median {eager_median_us(run, args.iters):.2f} us (eager)")
 
 
 if __name__ == "__main__":

@@ -9,35 +9,35 @@ import argparse
 import torch
 
 
+def problem_parser(n: int, k: int, m: int) -> argparse.ArgumentParser:
+    """The options every profile script takes: the problem (--n --k --m --fmt) and --iters."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=n)
+    ap.add_argument("--k", type=int, default=k)
+    ap.add_argument("--m", type=int, default=m)
+    ap.add_argument("--fmt", default="fp8_row")
+    ap.add_argument("--iters", type=int, default=5)
+    return ap
+
+
 def main(argv=None) -> None:
     import dispatch
     from dispatch.formats import Format
     from kernels_cuda import _launch
     from kernels_cuda.configs import GemvConfig
+    from tools.perf.timing import eager_median_us
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--k", type=int, default=14336)
-    ap.add_argument("--m", type=int, default=1)
-    ap.add_argument("--fmt", default="fp8_row")
+    ap = problem_parser(4096, 14336, 1)
     ap.add_argument("--act", default="bf16")
     ap.add_argument("--config", default="8,1,4", help="warps,mtiles,unroll")
-    ap.add_argument("--iters", type=int, default=5)
     args = ap.parse_args(argv)
     warps, mtiles, unroll = (int(v) for v in args.config.split(","))
     cfg = GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll)
     qw = dispatch.quantize(torch.randn(args.n, args.k, device="cuda") * 0.02, Format(args.fmt), act=args.act)
     x = torch.randn(args.m, args.k, device="cuda", dtype=torch.bfloat16)
     run = _launch.w8a16_gemv if args.act == "bf16" else _launch.w8a8_gemv
-    times = []
-    for _ in range(args.iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run(x, qw, config=cfg)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    print(f"{args.fmt}/{args.act} {args.n}x{args.k} M={args.m} {cfg}: median {sorted(times)[len(times) // 2]:.2f} us (eager)")
+    us = eager_median_us(lambda: run(x, qw, config=cfg), args.iters)
+    print(f"{args.fmt}/{args.act} {args.n}x{args.k} M={args.m} {cfg}: median {us:.2f} us (eager)")
 
 
 if __name__ == "__main__":

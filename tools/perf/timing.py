@@ -222,6 +222,22 @@ class CudaTimer:
         return Timing(_median(reps), eager_us, tuple(reps), "graph", ncopies, calls)
 
 
+def eager_median_us(run: Callable[[], Any], iters: int) -> float:
+    """Median CUDA-event time in us of `iters` plain calls of `run`, each synchronized before the next: each launch
+    stands alone, as a profiler replays it (tools/perf/profile_gemv.py, profile_gemm.py)."""
+    import torch
+
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return _median(times)
+
+
 def l2_bytes(device: Any = None) -> int:
     import torch
 
