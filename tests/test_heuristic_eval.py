@@ -43,7 +43,7 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     """Every candidate measured on 8 shapes x 7 M buckets x 5 format/acts (sessions 2, 3, 9 and 10, the newest
     measurement of each cell): each cell decided with the shipped H200 table minus its own shape (the nearest-shape
     entries, then the heuristic) picks a candidate within 15 % of the fastest in 270 of 280 cells; the heuristic
-    alone in 263.
+    alone in 266 (263 before session 10 refit the mxfp8 Triton GEMM's prior).
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -55,7 +55,7 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
     assert r["within"] >= 269, r["misses"]
-    assert evaluate(data)["within"] >= 262
+    assert evaluate(data)["within"] >= 265
 
 
 def test_heuristic_avoids_tiled_gemms_at_small_m_and_unaligned_k():
