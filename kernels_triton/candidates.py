@@ -96,7 +96,7 @@ class TritonCandidate(Candidate):
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels (the H200 GPU suite of 2026-11-29: every
 # GPU test of the GEMMs, GEMVs and activation quantizers passed in session 3; the GEMM and GEMV tests again on
-# session 8's kernels, 127 of 127). sm_80, sm_89 and gfx1201 are
+# session 8's kernels, 127 of 127, session 9's, and the GEMM tests on session 10's). sm_80, sm_89 and gfx1201 are
 # compile-checked only (tools/isa_report): explain() says "not yet run on hardware" there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 

@@ -289,7 +289,7 @@ def test_gpu_gemv_pipelined_wgmma_config_is_stable(fmt):
     """The 3-stage tensor-core config of the M = 32..64 buckets, which had 110-145 register hazards in its sm_90
     SASS before WGMMA_DRAIN (tests/test_wgmma_hazards.py), on a weight that gives many CTAs per SM: every run
     finite, bit-identical (split-K reduces in a fixed order) and within the bound. Written in session 8 after its
-    last device call: first run in the next GPU session."""
+    last device call; first ran, and passed, on the H200 in session 9."""
     from dispatch.target import detect
     from kernels_triton._gemv import w8a16_gemv
     from kernels_triton.configs import GemvConfig

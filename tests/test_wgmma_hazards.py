@@ -222,9 +222,17 @@ def test_run_time_check_refuses_a_racy_kernel_and_checks_each_kernel_once(monkey
 
 
 def test_run_time_check_is_off_without_device_caches(monkeypatch):
+    """The interpreter's functions have no device caches: nothing to check, and the check stays on for the rest of
+    the process (outside the interpreter the same object switches it off, with a warning)."""
     from kernels_triton import _sass_guard
+    monkeypatch.setattr(_sass_guard, "_disabled", False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    _sass_guard.check_new_kernels(object(), "triton.w8a16_gemm")  # the interpreter's function: nothing to check
+    _sass_guard.check_new_kernels(object(), "triton.w8a16_gemm")
+    assert not _sass_guard._disabled
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.warns(RuntimeWarning, match="no device_caches"):
+        _sass_guard.check_new_kernels(object(), "triton.w8a16_gemm")
+    assert _sass_guard._disabled
 
 
 def test_an_unknown_cache_layout_switches_the_check_off_with_one_warning(monkeypatch):

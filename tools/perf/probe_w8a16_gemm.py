@@ -17,8 +17,11 @@ SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 409
 
 def _table() -> dict:
     """The shipped H200 table by key (the probes compare with it)."""
+    import pathlib
+
     from dispatch.tables import load_table
-    return {e.key: e for e in load_table("tuning_db/nvidia_h200.yaml").entries}
+    path = pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml"
+    return {e.key: e for e in load_table(path).entries}
 
 
 def _cell(tab: dict, fmt: str, m: int, n: int, k: int, configs: dict) -> str:
