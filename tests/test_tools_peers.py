@@ -57,3 +57,32 @@ def test_the_shared_baseline_file_parses():
     assert len(shapes) == 8  # the 8 baseline shapes
     assert all(v in {x for (x, *_rest) in t} for vs in peers.PEERS.values() for v in vs)
     assert t[("bf16_linear", 4096, 4096, 1)] == 1.0
+
+
+def test_later_candidate_files_replace_earlier_cells(tmp_path, capsys):
+    """--candidates C1 C2 --candidates-bf16 B1 B2: each file's Triton times over its own bench's bf16 time; C2's cell
+    replaces C1's, a cell only C1 timed stays, and a cell whose bench lacks the bf16 time is not taken from C2."""
+    import json
+
+    def cell(m, rows):
+        return {"format": "fp8_row", "act": "bf16", "n": 4096, "k": 4096, "m": m, "rows": rows}
+
+    def bf16(m, us):
+        return cell(m, [{"route": "bf16 F.linear", "us": us, "status": "ok"}])
+
+    def tri(m, us):
+        return cell(m, [{"route": "triton.w8a16_gemv", "us": us, "status": "ok"}])
+
+    files = {"md": MD, "c1": {"main": [tri(1, 10.0), tri(16, 10.0)]}, "b1": {"main": [bf16(1, 10.0), bf16(16, 13.0)]},
+             "c2": {"main": [tri(1, 5.0), tri(16, 5.0)]}, "b2": {"main": [bf16(1, 10.0)]},
+             "bench": {"main": []}}
+    paths = {}
+    for name, body in files.items():
+        paths[name] = tmp_path / name
+        paths[name].write_text(body if isinstance(body, str) else json.dumps(body))
+    peers.main(["--baseline", str(paths["md"]), "--bench", str(paths["bench"]),
+                "--candidates", str(paths["c1"]), str(paths["c2"]),
+                "--candidates-bf16", str(paths["b1"]), str(paths["b2"])])
+    out = capsys.readouterr().out.split("the fastest Triton kernel alone")[1]
+    # M = 1: C2's 2.00x (>= 1.82, at or above); M = 16: C1's 1.30x (below 1.40), C2 had no bf16 time there
+    assert "all: 1 of 2 cells" in out and "M=16: 1.30x vs gemlite_a16w8_fp8 1.40x" in out, out

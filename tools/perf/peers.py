@@ -7,11 +7,13 @@ F.linear measured in its own run**: ours from a bench results.json, the peer's f
 
     python -m tools.perf.peers --baseline ../shared/perf/h200_baseline.md \\
         --bench docs/perf/h200_bench_results_2026-11-29_s3.json docs/perf/h200_bench_results_2026-11-29_s4.json \\
-        [--candidates docs/perf/h200_candidates_2026-11-29_s3.json --candidates-bf16 docs/perf/h200_bench_results_2026-11-29_s3.json]
+        [--candidates C3.json C9.json --candidates-bf16 B3.json B9.json]
 
 Later --bench files replace earlier ones cell by cell. --candidates adds the best Triton kernel of each cell
-(an autotune file of every candidate's best time, see tools.heuristic_eval); its bf16 time comes from the
---candidates-bf16 bench of the same session (another run on the same kind of machine: a coarser comparison).
+(autotune files of every candidate's best time, see tools.heuristic_eval); each one's bf16 times come from the
+--candidates-bf16 bench at the same position, of the same session (another run on the same kind of machine: a
+coarser comparison). Later candidate files replace earlier ones cell by cell where they timed a Triton kernel and
+their bench has the cell's bf16 time.
 
 Same semantics (what each peer computes, per the baseline file's variant list):
   fp8_block/fp8 : vllm_block_quant+gemm (vLLM's Triton block kernel + its group quant), gemlite_a8w8_fp8_block_dyn
@@ -82,7 +84,8 @@ def dispatched_speedups(bench_files: list[dict[str, Any]]) -> dict[tuple[str, st
 
 
 def triton_speedups(candidates: dict[str, Any], bf16_bench: dict[str, Any]) -> dict[tuple, tuple[str, float]]:
-    """(format, act, N, K, M) -> (the fastest Triton kernel, its speedup over the bench's bf16 time)."""
+    """(format, act, N, K, M) -> (the fastest Triton kernel, its speedup over the bench's bf16 time); cells without
+    a Triton time or without a bf16 time in the bench are left out."""
     bf16 = {}
     for cell in bf16_bench["main"]:
         for r in cell["rows"]:
@@ -132,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", required=True, help="shared/perf/h200_baseline.md")
     ap.add_argument("--bench", nargs="+", required=True, help="tools.bench results.json files (later ones win)")
-    ap.add_argument("--candidates", help="best time of every candidate per cell (docs/perf/h200_candidates_*.json)")
-    ap.add_argument("--candidates-bf16", help="bench results.json whose bf16 times go with --candidates")
+    ap.add_argument("--candidates", nargs="+", default=[],
+                    help="best time of every candidate per cell (docs/perf/h200_candidates_*.json; later ones win)")
+    ap.add_argument("--candidates-bf16", nargs="+", default=[],
+                    help="bench results.json files whose bf16 times go with --candidates, one per file, same order")
     args = ap.parse_args(argv)
     with open(args.baseline) as f:
         peers = parse_baseline(f.read())
@@ -144,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     lines = _report("dispatch.linear against the peers (speedup over bf16, each in its own run)",
                     compare(dispatched_speedups(benches), peers))
     if args.candidates:
-        if not args.candidates_bf16:
-            ap.error("--candidates needs --candidates-bf16")
-        with open(args.candidates) as f, open(args.candidates_bf16) as g:
-            tri = triton_speedups(json.load(f), json.load(g))
+        if len(args.candidates_bf16) != len(args.candidates):
+            ap.error("--candidates needs one --candidates-bf16 bench per file, in the same order")
+        tri: dict[tuple, tuple[str, float]] = {}
+        for cpath, bpath in zip(args.candidates, args.candidates_bf16):
+            with open(cpath) as f, open(bpath) as g:
+                tri.update(triton_speedups(json.load(f), json.load(g)))
         lines += _report("the fastest Triton kernel alone against the peers",
                          compare({k: v[1] for k, v in tri.items()}, peers))
     print("\n".join(lines))
