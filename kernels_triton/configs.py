@@ -126,14 +126,20 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
     m = problem.m
     wide = target.is_cuda and target.has_wgmma  # H100/H200-class bandwidth: bigger tiles in flight
     space: list[GemvConfig]
+    # The tensor-core tile (16 token rows, rows past M masked) also serves M < 16: the weight stream is the same, and
+    # on the H200 it was the fastest offered config in all 40 cells at M = 4, and its M = 16 time was below the best
+    # M = 1 time in 18 of 40 (tools/perf/measure_triton_gemv.sh, session 11).
+    tc = [GemvConfig(16, 64, 128, 0, 4), GemvConfig(16, 128, 128, 0, 4)]
     if m <= 2:
         bm = 1 if m == 1 else 2
         space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 256, 0, 4), GemvConfig(bm, 32, 512, 0, 4),
-                 GemvConfig(bm, 16, 512, 0, 4), GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 8)]
+                 GemvConfig(bm, 16, 512, 0, 4), GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 8), tc[0]]
     elif m <= 8:
         bm = 4 if m <= 4 else 8
-        space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 128, 0, 4), GemvConfig(16, 64, 128, 0, 4),
-                 GemvConfig(bm, 16, 256, 0, 4), GemvConfig(16, 128, 128, 0, 4)]
+        space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 128, 0, 4), tc[0], GemvConfig(bm, 16, 256, 0, 4),
+                 tc[1]]
+        if wide:  # measured there (above); the FMA tile stays the default elsewhere
+            space.insert(0, space.pop(2))
     else:
         bm = 16 if m <= 16 else (32 if m <= 32 else 64)
         space = [GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 4), GemvConfig(bm, 32, 128, 0, 4),
@@ -146,13 +152,18 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         if sms and m <= 16 and math.ceil(problem.n / 64) * auto_split_k(m, problem.n, problem.k, space[0], sms) < sms:
             space.insert(0, space.pop(2))
     if wide:
-        space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] if c.num_stages == 1]
+        space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] + tc[:1] if c.num_stages == 1]
     if problem.act.value == "fp8":
         # Row-wise fusion (per-token / per-tensor) rereads whole x rows in every program: fine for M <= 4.
         if group_k != 128 and m > 4:
             space = [dataclasses.replace(c, fuse_act_quant=False) for c in space]
         else:
-            space = space + [dataclasses.replace(space[0], fuse_act_quant=False)]
+            # Fused quantization on the tensor-core tile quantizes the 16-row x tile in every program and K step
+            # (IEEE division per value): at M = 4 on the H200 it took 1.1-4.3x (median 2.3x) the time of the same
+            # tile at M = 16 with the quantizer as its own launch (session 11). Every tensor-core config also comes unfused, and
+            # a tensor-core default is the unfused one.
+            unfused = [dataclasses.replace(c, fuse_act_quant=False) for c in space[:1] + [c for c in space if c.use_dot]]
+            space = unfused[:1] + space + unfused[1:] if space[0].use_dot else space + unfused
     seen: list[GemvConfig] = []
     for c in space:
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):
