@@ -164,6 +164,12 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # a tensor-core default is the unfused one.
             unfused = [dataclasses.replace(c, fuse_act_quant=False) for c in space[:1] + [c for c in space if c.use_dot]]
             space = unfused[:1] + space + unfused[1:] if space[0].use_dot else space + unfused
+        if wide and m <= 4:
+            # H200, session 11: the unfused tensor-core tile won all 48 W8A8 cells at M = 1 and 4 (8 shapes x 3
+            # formats), 27 in this 3-stage form, which is within 12 % of the winner in the 39 cells it was re-timed
+            # in; at M = 1 1.02-1.32x faster than the FMA configs of before
+            best = dataclasses.replace(tc[0], num_stages=3, fuse_act_quant=False)
+            space = [best] + [c for c in space if c != best]
     seen: list[GemvConfig] = []
     for c in space:
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):

@@ -87,10 +87,13 @@ def triton_speedups(candidates: dict[str, Any], bf16_bench: dict[str, Any]) -> d
     """(format, act, N, K, M) -> (the fastest Triton kernel, its speedup over the bench's bf16 time); cells without
     a Triton time or without a bf16 time in the bench are left out."""
     bf16 = {}
-    for cell in bf16_bench["main"]:
+    for cell in bf16_bench.get("main", []):
         for r in cell["rows"]:
             if r["route"] == "bf16 F.linear" and r.get("us"):
                 bf16[(cell["n"], cell["k"], cell["m"])] = r["us"]
+    for prob in bf16_bench.get("problems", []):  # an autotune summary.json: bf16 timed per problem
+        if prob.get("bf16_us"):
+            bf16[(prob["n"], prob["k"], prob["m"])] = prob["bf16_us"]
     out = {}
     for cell in candidates["main"]:
         tri = [(r["us"], r["route"]) for r in cell["rows"] if r["route"].startswith("triton.") and r.get("us")]
@@ -138,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", nargs="+", default=[],
                     help="best time of every candidate per cell (docs/perf/h200_candidates_*.json; later ones win)")
     ap.add_argument("--candidates-bf16", nargs="+", default=[],
-                    help="bench results.json files whose bf16 times go with --candidates, one per file, same order")
+                    help="bench results.json (or autotune summary.json) files whose bf16 times go with --candidates, "
+                         "one per file, same order")
     args = ap.parse_args(argv)
     with open(args.baseline) as f:
         peers = parse_baseline(f.read())
