@@ -160,8 +160,8 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         else:
             # Fused quantization on the tensor-core tile quantizes the 16-row x tile in every program and K step
             # (IEEE division per value): at M = 4 on the H200 it took 1.1-4.3x (median 2.3x) the time of the same
-            # tile at M = 16 with the quantizer as its own launch (session 11). Every tensor-core config also comes unfused, and
-            # a tensor-core default is the unfused one.
+            # tile at M = 16 with the quantizer as its own launch (session 11). Every tensor-core config also comes
+            # unfused, and a tensor-core default is the unfused one.
             unfused = [dataclasses.replace(c, fuse_act_quant=False) for c in space[:1] + [c for c in space if c.use_dot]]
             space = unfused[:1] + space + unfused[1:] if space[0].use_dot else space + unfused
         if wide and m <= 4:

@@ -304,3 +304,31 @@ def test_gpu_gemv_pipelined_wgmma_config_is_stable(fmt):
         assert bool(torch.isfinite(y).all()), f"run {i}: {int((~torch.isfinite(y)).sum())} non-finite"
         assert torch.equal(y, runs[0]), f"run {i} differs from run 0"
     check_close(runs[0], x, qw, None, 2e-5)
+
+
+def test_w8a8_decode_space_offers_the_unfused_tensor_core_tile():
+    """Session 11 on the H200: at M = 4 the W8A8 GEMV's space had the tensor-core tile only with the activation
+    quantization fused, which quantizes x in every program and K step (0.29-0.57x of bf16); unfused it ran 1.4-4.2x
+    faster and won every W8A8 cell at M = 1 and 4. On wgmma targets it is the default there; elsewhere (not
+    measured) the FMA tile stays the default and the unfused tensor-core configs are offered to the autotune."""
+    import dataclasses
+
+    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+    from kernels_triton.configs import GemvConfig, gemv_configs
+
+    for fmt, group_k in ((Format.FP8_ROW, 0), (Format.FP8_TENSOR, 0), (Format.FP8_BLOCK, 128)):
+        for m in (1, 4):
+            p = Problem(fmt, Act.FP8, m=m, n=4096, k=4096)
+            h200 = gemv_configs(p, Target.simulated_for("sm_90"), group_k)
+            assert h200[0] == GemvConfig(16, 64, 128, 0, 4, 3, fuse_act_quant=False), (fmt, m, h200[0])
+            a100 = gemv_configs(p, Target.simulated_for("sm_80"), group_k)
+            assert not a100[0].use_dot, (fmt, m, a100[0])
+            for space in (h200, a100):
+                fused_dot = [c for c in space if c.use_dot and c.fuse_act_quant]
+                assert fused_dot and all(dataclasses.replace(c, fuse_act_quant=False) in space for c in fused_dot)
+    # W8A16 at M = 1 keeps its FMA default; the tensor-core tile is offered
+    p = Problem(Format.FP8_ROW, Act.BF16, m=1, n=4096, k=4096)
+    space = gemv_configs(p, Target.simulated_for("sm_90"), 0)
+    assert not space[0].use_dot and any(c.use_dot for c in space)
