@@ -4,7 +4,8 @@ Order of the chain, each step with its reason recorded in the Decision:
 1. filter: policy (force/deny), backend availability, (format, act) served, the candidate's support predicate;
 2. an exact tuned entry (overlay -> device table -> arch table) whose implementation is eligible and whose
    source hash matches the code here (else it is skipped as stale/unknown, with the reason);
-3. the nearest tuned entry for the same (format, act): distance in log2 of N, K and the M bucket;
+3. the nearest tuned entry for the same (format, act): distance in log2 of N, K and the M bucket, on the same side
+   of the decode / prefill boundary (DECODE_MAX_BUCKET);
 4. the analytic heuristic (dispatch.heuristic) over the eligible candidates.
 No device is touched; tests drive it with `Target.simulated_for(...)` and fake candidates.
 """
@@ -31,6 +32,11 @@ log = logging.getLogger("fp8dispatch.select")
 NEAREST_MAX_DISTANCE = 2.0
 # The M bucket weighs more than N, K: kernels change regime with M (GEMV -> split-K -> tiled GEMM).
 M_WEIGHT = 1.0
+# A nearest entry never crosses from the decode buckets (M <= 16: GEMVs) to the prefill ones (tiled GEMMs) or
+# back: a tiled GEMM's entry at M = 64 says nothing of M = 16 (session 11: without the CUDA backend, the H200
+# table's M = 64 entries lent their Triton GEMMs, never timed below M = 64, to 16 of the 40 M = 16 cells of the
+# replay; with this rule the heuristic decides those, and picks a measured kernel in 6 of them).
+DECODE_MAX_BUCKET = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +200,8 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
     for tier, idx, e in tables.same_kind(problem.fmt, problem.act):
         d = (abs(math.log2(e.n / problem.n)) + abs(math.log2(e.k / problem.k))
              + M_WEIGHT * abs(math.log2(e.m_bucket / problem.bucket)))
-        if d <= NEAREST_MAX_DISTANCE:
+        same_regime = (e.m_bucket <= DECODE_MAX_BUCKET) == (problem.bucket <= DECODE_MAX_BUCKET)
+        if d <= NEAREST_MAX_DISTANCE and same_regime:
             # ties: prefer the larger M bucket (a kernel tuned for more rows covers fewer), then tier order
             near.append((d, -e.m_bucket, len(near), tier, idx, e))
     near.sort(key=lambda t: t[:3])

@@ -270,3 +270,34 @@ def test_triton_w8a8_gemm_default_tile_at_medium_m_follows_n():
         assert cfg.tma == (k % 16 == 0)  # the TMA twin only where rows are 16-byte aligned
     assert gemm.default_config(Problem(Format.FP8_BLOCK, Act.FP8, 64, 2112, 7168), t) == \
         gemm.configs(Problem(Format.FP8_BLOCK, Act.FP8, 64, 2112, 7168), t)[0]
+
+
+def test_nearest_entry_does_not_cross_the_decode_prefill_boundary():
+    """A tuned entry at M = 64 (a tiled GEMM) is not lent to M = 16 (GEMV territory) of the same shape, nor an
+    M = 16 entry to M = 64: the heuristic decides there. Within a side it is lent as before (M = 4 from M = 16,
+    M = 256 from M = 64)."""
+    from dispatch import tables
+    from dispatch.tables import TableSet, Tier
+    from kernels_triton.candidates import candidates as triton_candidates
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    cands = [c for c in triton_candidates() if c.id in ("triton.w8a16_gemm", "triton.w8a16_gemv")]
+    gemm, gemv = (next(c for c in cands if c.id == i) for i in ("triton.w8a16_gemm", "triton.w8a16_gemv"))
+    entries = [tables.make_entry("fp8_row", "bf16", 4096, 4096, 64, gemm.id, gemm.configs(
+                   Problem(Format.FP8_ROW, Act.BF16, 64, 4096, 4096), t)[0].to_dict(), registry.source_hash(gemm),
+                   12.0, 1e-3),
+               tables.make_entry("fp8_row", "bf16", 28672, 4096, 16, gemv.id, gemv.configs(
+                   Problem(Format.FP8_ROW, Act.BF16, 16, 28672, 4096), t)[0].to_dict(), registry.source_hash(gemv),
+                   40.0, 1e-3)]
+    ts = TableSet((Tier("device", tables.merge(tables.new_table(t), entries)),))
+
+    def decide(m, n, k):
+        return select(Problem(Format.FP8_ROW, Act.BF16, m, n, k), t, ts, cands)
+
+    # each problem's own-shape entry is 2 buckets away, across; the other shape is 2.8 (log2 7) away
+    assert decide(16, 4096, 4096).source == "heuristic"
+    assert decide(64, 28672, 4096).source == "heuristic"
+    d = decide(4, 28672, 4096)
+    assert d.source == "nearest" and d.candidate_id == gemv.id
+    d = decide(256, 4096, 4096)
+    assert d.source == "nearest" and d.candidate_id == gemm.id

@@ -31,12 +31,15 @@ from dispatch.target import Target
 
 
 def evaluate(results: dict[str, Any], arch: str = "sm_90", torch_version: str = "2.11.0",
-             slack: float = 1.15, table: "tables.Table | None" = None) -> dict[str, Any]:
+             slack: float = 1.15, table: "tables.Table | None" = None,
+             without_backends: tuple[str, ...] = ()) -> dict[str, Any]:
     """`table`: leave-one-shape-out instead of no tables: each cell is decided with `table` minus every entry
     of the cell's own (N, K), i.e. the whole fallback chain (nearest measured shape, then the heuristic) as a
-    shape in no table meets it."""
+    shape in no table meets it. `without_backends`: as an install without them (e.g. "cuda": no CuPy) meets it;
+    their measurements leave the cells too. A pick with no measurement in its cell counts against the score
+    (`unmeasured` says how many)."""
     target = Target.simulated_for(arch, torch_version=torch_version)
-    cands = registry.candidates()
+    cands = [c for c in registry.candidates() if c.backend not in without_backends]
     # Replay the decisions as they were when measured: the table's entries count as current even after the
     # kernel sources changed (the live dispatcher would skip them as stale until the next autotune).
     measured_hash = {e.impl: e.source_hash for e in table.entries} if table is not None else {}
@@ -49,7 +52,8 @@ def evaluate(results: dict[str, Any], arch: str = "sm_90", torch_version: str = 
         best: dict[str, float] = {}
         for row in e["rows"]:
             cid = row["route"].split(" ")[0]
-            if row.get("status") == "ok" and row.get("us") and "." in cid and not cid.startswith("dispatch"):
+            if (row.get("status") == "ok" and row.get("us") and "." in cid and not cid.startswith("dispatch")
+                    and cid.split(".")[0] not in without_backends):
                 best[cid] = min(best.get(cid, float("inf")), row["us"])
         if not best:
             continue
@@ -67,7 +71,8 @@ def evaluate(results: dict[str, Any], arch: str = "sm_90", torch_version: str = 
         if ratio > slack:
             misses.append(cell)
     ok = sum(c["ratio"] <= slack for c in cells)
-    return {"cells": len(cells), "within": ok, "slack": slack, "misses": misses}
+    unmeasured = sum(c["ratio"] == float("inf") for c in cells)
+    return {"cells": len(cells), "within": ok, "slack": slack, "misses": misses, "unmeasured": unmeasured}
 
 
 def results_from_journals(lines_per_journal: list[list[str]]) -> dict[str, Any]:
