@@ -9,6 +9,7 @@ table gets (issue 7 asks for within 15 % of autotuned).
     python -m tools.heuristic_eval --journal J1.jsonl [J2.jsonl ...]   # autotune journals: every candidate timed
     python -m tools.heuristic_eval --journal ... --leave-one-shape-out tuning_db/nvidia_h200.yaml
     python -m tools.heuristic_eval --journal J.jsonl --write-cells docs/perf/h200_candidates_DATE.json --source "..."
+    python -m tools.heuristic_eval --journal ... --leave-one-shape-out TABLE --without-backends cuda   # no CuPy
 
 Note: the heuristic's priors were fitted to that same run (dispatch/heuristic.py), so on it the score is
 in-sample; a later run on new shapes is the out-of-sample check.
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-cells", metavar="OUT.json",
                     help="with --journal: also write the per-cell best times (the docs/perf/h200_candidates_*.json form)")
     ap.add_argument("--source", default="", help="with --write-cells: where the journals came from (stored as 'source')")
+    ap.add_argument("--without-backends", default="",
+                    help="comma list of backends to replay as absent (e.g. cuda: an install without CuPy)")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--torch-version", default="2.11.0")
     args = ap.parse_args(argv)
@@ -121,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ap.error("give a results.json or --journal")
     table = tables.load_table(args.leave_one_shape_out) if args.leave_one_shape_out else None
-    r = evaluate(data, args.arch, args.torch_version, table=table)
+    without = tuple(b for b in args.without_backends.split(",") if b)
+    r = evaluate(data, args.arch, args.torch_version, table=table, without_backends=without)
     how = "fallback chain, own shape left out of the table" if table is not None else "heuristic alone (no tables)"
-    print(f"{how}: {r['within']} of {r['cells']} cells within "
-          f"{(r['slack'] - 1) * 100:.0f}% of the fastest measured candidate")
+    print(f"{how}{' without ' + ', '.join(without) if without else ''}: {r['within']} of {r['cells']} cells within "
+          f"{(r['slack'] - 1) * 100:.0f}% of the fastest measured candidate ({r['unmeasured']} picks unmeasured)")
     for c in r["misses"]:
         print(f"  {c['format']}/{c['act']} {c['n']}x{c['k']} M={c['m']}: picks {c['pick']} "
               f"({c['ratio']:.2f}x the fastest, {c['fastest']})")
