@@ -23,7 +23,8 @@ from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
 # H200 (sm_90 native and the compute_80 / emulated-MMA paths run there; session 7: 98 of 98 at commit c8674c7;
 # session 9: with test_cuda_driver.py and test_dispatch_gpu.py 151 passed, 1 skipped, a dispatcher test, at 5e87a00;
-# session 10: the same files, 152 passed, 1 skipped, at 2581884; torch 2.11.0+cu130, cupy 14.2.0, 2026-11-29/30). sm_80 and sm_89 silicon has not run them: explain() says so there.
+# session 10: the same files, 152 passed, 1 skipped, at 2581884; torch 2.11.0+cu130, cupy 14.2.0, 2026-11-29/30).
+# sm_80 and sm_89 silicon has not run them: explain() says so there.
 HARDWARE_VALIDATED = frozenset({"sm_90"})
 
 _HALF = (torch.bfloat16, torch.float16)

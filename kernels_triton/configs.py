@@ -120,6 +120,11 @@ def auto_split_k(m: int, n: int, k: int, cfg: GemvConfig, sm_count: int) -> int:
     return split
 
 
+def _first(default: GemvConfig, space: list[GemvConfig]) -> list[GemvConfig]:
+    """`space` with `default` moved (or added) to the front."""
+    return [default] + [c for c in space if c != default]
+
+
 def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvConfig]:
     """Autotune space of the decode kernel (first entry is the default). `group_k`: scale group along K
     (128 block, 32 mx, 0 none)."""
@@ -139,7 +144,7 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 128, 0, 4), tc[0], GemvConfig(bm, 16, 256, 0, 4),
                  tc[1]]
         if wide:  # measured there (above); the FMA tile stays the default elsewhere
-            space.insert(0, space.pop(2))
+            space = _first(tc[0], space)
     else:
         bm = 16 if m <= 16 else (32 if m <= 32 else 64)
         space = [GemvConfig(bm, 64, 128, 0, 4), GemvConfig(bm, 128, 128, 0, 4), GemvConfig(bm, 32, 128, 0, 4),
@@ -155,8 +160,9 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] + tc[:1] if c.num_stages == 1]
         if m <= 2 and problem.act.value != "fp8":  # W8A8 takes its own default below
             # H200, session 11 (quick pass, every config on 16 W8A16 cells at M = 1): 16 rows x 512 deep took a median
-            # 1.04x (at most 1.24x) the cell's best, against 1.26x (1.48x) for the 32 x 256 tile that led before.
-            space.insert(0, space.pop(3))
+            # 1.03x (at most 1.24x) the cell's best, against 1.26x (1.48x) for the 32 x 256 tile that led before
+            # (tools/perf/config_ranks.py on docs/perf/h200_triton_gemv_journal_m1_4_2026-11-30_s11.jsonl.gz).
+            space = _first(GemvConfig(bm, 16, 512, 0, 4), space)
     if problem.act.value == "fp8":
         # Row-wise fusion (per-token / per-tensor) rereads whole x rows in every program: fine for M <= 4.
         if group_k != 128 and m > 4:
@@ -166,14 +172,14 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # (IEEE division per value): at M = 4 on the H200 it took 1.1-4.3x (median 2.3x) the time of the same
             # tile at M = 16 with the quantizer as its own launch (session 11). Every tensor-core config also comes
             # unfused, and a tensor-core default is the unfused one.
-            unfused = [dataclasses.replace(c, fuse_act_quant=False) for c in space[:1] + [c for c in space if c.use_dot]]
+            dots = [c for c in space if c.use_dot]
+            unfused = [dataclasses.replace(c, fuse_act_quant=False) for c in space[:1] + dots]
             space = unfused[:1] + space + unfused[1:] if space[0].use_dot else space + unfused
         if wide and m <= 4:
             # H200, session 11: the unfused tensor-core tile won all 48 W8A8 cells at M = 1 and 4 (8 shapes x 3
-            # formats), 27 in this 3-stage form, which is within 12 % of the winner in the 39 cells it was re-timed
-            # in; at M = 1 1.02-1.32x faster than the FMA configs of before
-            best = dataclasses.replace(tc[0], num_stages=3, fuse_act_quant=False)
-            space = [best] + [c for c in space if c != best]
+            # formats), 27 in this 3-stage form (quick pass: median 1.00x of each cell's best, at most 1.16x); at
+            # M = 1 1.02-1.32x faster than the FMA configs of before
+            space = _first(dataclasses.replace(tc[0], num_stages=3, fuse_act_quant=False), space)
     seen: list[GemvConfig] = []
     for c in space:
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):

@@ -69,4 +69,3 @@ def triton_interpreter_unusable() -> str | None:
         return (f"Triton {triton.__version__}'s interpreter needs numpy < 2.4, this environment has numpy "
                 f"{numpy.__version__} (CI pins it: tools/env.sh)")
     return None
-

@@ -328,7 +328,7 @@ def test_w8a8_decode_space_offers_the_unfused_tensor_core_tile():
             for space in (h200, a100):
                 fused_dot = [c for c in space if c.use_dot and c.fuse_act_quant]
                 assert fused_dot and all(dataclasses.replace(c, fuse_act_quant=False) in space for c in fused_dot)
-    # W8A16 at M = 1: an FMA default (on sm_90 the 16 x 512 tile, session 11's quick pass: median 1.04x of each
+    # W8A16 at M = 1: an FMA default (on sm_90 the 16 x 512 tile, session 11's quick pass: median 1.03x of each
     # cell's best against 1.26x for the 32 x 256 tile, which stays the default where unmeasured); the tensor-core
     # tile is offered
     p = Problem(Format.FP8_ROW, Act.BF16, m=1, n=4096, k=4096)
