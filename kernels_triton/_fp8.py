@@ -130,6 +130,24 @@ def amax_to_scale(amax):
     return tl.math.div_rn(a, tl.full(a.shape, 448.0, tl.float32))
 
 
+# The PTX both e4m3 -> bf16 decodes start with (see e4m3_to_bf16_spread): two codes of $1 spread into the bf16 pair s
+# (value x 2^-120), m = 2^120 in both halves, z = -0 in both halves. Each decode's block appends its FMAs.
+_SPREAD_PREFIX = """{
+        .reg .b32 t, s, m, z;
+        cvt.u32.u16 t, $1;
+        prmt.b32 s, t, 0, 0x9180;
+        shl.b32 s, s, 4;
+        and.b32 s, s, 0x87f087f0;
+        mov.b32 m, 0x7b807b80;
+        mov.b32 z, 0x80008000;
+        """
+_ASM_SPREAD = tl.constexpr(_SPREAD_PREFIX + """fma.rn.bf16x2 $0, s, m, z;
+        }""")
+_ASM_SPREAD_SCALED = tl.constexpr(_SPREAD_PREFIX + """fma.rn.bf16x2 s, s, m, z;
+        fma.rn.bf16x2 $0, s, $2, z;
+        }""")
+
+
 @triton.jit
 def e4m3_to_bf16_spread(codes):
     """e4m3 codes (uint8) -> bf16 values, exact for every non-NaN code, in integer ops and one bf16x2 FMA per pair
@@ -144,16 +162,7 @@ def e4m3_to_bf16_spread(codes):
     +-480, as in the CUDA GEMVs (dispatch.quantize and from_checkpoint never produce them).
     """
     return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t, s, m, z;
-        cvt.u32.u16 t, $1;
-        prmt.b32 s, t, 0, 0x9180;
-        shl.b32 s, s, 4;
-        and.b32 s, s, 0x87f087f0;
-        mov.b32 m, 0x7b807b80;
-        mov.b32 z, 0x80008000;
-        fma.rn.bf16x2 $0, s, m, z;
-        }""",
+        asm=_ASM_SPREAD,
         constraints="=r,h",
         args=[codes],
         dtype=tl.bfloat16,
@@ -178,17 +187,7 @@ def e4m3_to_bf16_scaled(codes, scale):
     a -0 addend (one rounding of code x 2^e, as the fp32 product rounded to bf16 gives it: subnormal results
     kept, overflow to inf, a NaN scale gives NaN). NVIDIA PTX only."""
     return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t, s, m, z;
-        cvt.u32.u16 t, $1;
-        prmt.b32 s, t, 0, 0x9180;
-        shl.b32 s, s, 4;
-        and.b32 s, s, 0x87f087f0;
-        mov.b32 m, 0x7b807b80;
-        mov.b32 z, 0x80008000;
-        fma.rn.bf16x2 s, s, m, z;
-        fma.rn.bf16x2 $0, s, $2, z;
-        }""",
+        asm=_ASM_SPREAD_SCALED,
         constraints="=r,h,r",
         args=[codes, scale],
         dtype=tl.bfloat16,

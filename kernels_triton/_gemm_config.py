@@ -138,6 +138,21 @@ def _splitk(*tiles: tuple[int, int, int, int, int], swap_ab: bool = False, tma: 
     return [dataclasses.replace(c, split_k=0, tma=tma) for c in _tiles(*tiles, swap_ab=swap_ab)]
 
 
+# W8A16 at M <= 64 (wgmma): 3-stage 64-token tiles with fixed split-K counts. The auto rule (`split_for`) keeps
+# tiles x splits within one wave of one CTA per SM, but a 3-stage 64-token tile takes 72-96 KiB of shared memory,
+# so two or three CTAs share an SM. Session 12's probe at M = 64 (H200, `python -m tools.perf.probe_w8a16_gemm m64`,
+# docs/perf/h200_m64_split_2026-11-30_s12.md): fp8_row 6144x4096 14.5 us with 64x64x128 / 3 stages / split 4
+# against 17.0 us for the table's auto-split config; mxfp8 28672x4096 61.0 us (64x128x128, split 2) against 69.2.
+_FIXED_SPLIT_MAX_M = 64
+
+
+def _fixed_split_w8a16(tma: bool) -> list[GemmConfig]:
+    return [dataclasses.replace(c, split_k=s, tma=tma)
+            for c, s in ((GemmConfig(64, 64, 128, 8, 4, 3, swap_ab=True), 4),
+                         (GemmConfig(64, 128, 128, 8, 4, 3, swap_ab=True), 4),
+                         (GemmConfig(64, 128, 128, 8, 4, 3, swap_ab=True), 2))]
+
+
 def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None, m: int | None = None) -> list[GemmConfig]:
     """Autotune space for the W8A8 GEMM on `target`; the first entry is the default. On TMA targets
     (sm_90, `has_wgmma`) with 16-byte aligned rows (k % 16 == 0, or k unknown) the TMA variants of the
@@ -185,6 +200,8 @@ def w8a16_configs(target: Target, wscale: WScale, fp16_x: bool, k: int | None = 
         # Layouts with a per-K-tile scale cannot swap (legal_for_w8a16): their twins without swap_ab follow.
         tiles = ((64, 64, 128, 4, 5), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (128, 128, 64, 8, 4))
         small = _splitk(*tiles[:2], swap_ab=True, tma=aligned)
+        if m is not None and m <= _FIXED_SPLIT_MAX_M:
+            small += _fixed_split_w8a16(aligned)
         if wscale is WScale.MX32 and not fp16_x:
             # 128-deep K tiles (the 4 exponent bytes of a row in one async copy), 8 warps: at M = 256 on the H200
             # 8192x8192 ran 83 us against 101 us for the dequantize route (session 10's probe).

@@ -165,3 +165,23 @@ def test_swap_ab_rejected_with_per_tile_scales():
         for ws, fp16 in ((WScale.BLOCK128, False), (WScale.BLOCK128, True), (WScale.MX32, True)):
             space = w8a16_configs(t, ws, fp16, 4096)
             assert space and not any(c.swap_ab for c in space), (arch, ws, fp16)
+
+
+def test_w8a16_small_m_space_offers_fixed_split_k_in_the_tuned_prefix():
+    """At M <= 64 on wgmma targets the W8A16 space offers 3-stage 64-token tiles with fixed split-K counts within
+    the first 8 configs (what tools/perf/retune_triton_gemm.sh times): session 12's probe found them 12-17 %
+    faster than the auto split on fp8_row 6144x4096 and mxfp8 28672x4096 at M = 64. Not at M = 256 (session 10's
+    probe: fixed splits lost every cell there), nor where swap_ab is illegal."""
+    from kernels_triton._gemm_config import w8a16_configs
+    from kernels_triton._gemm_layouts import WScale
+    t = Target.simulated_for("sm_90")
+    for ws in (WScale.ROW, WScale.TENSOR, WScale.MX32):
+        for m in (16, 64):
+            head = w8a16_configs(t, ws, False, 4096, m)[:8]
+            fixed = [(c.block_m, c.block_n, c.num_stages, c.split_k) for c in head if c.split_k > 1]
+            assert fixed == [(64, 64, 3, 4), (64, 128, 3, 4), (64, 128, 3, 2)], (ws, m, fixed)
+            assert all(c.swap_ab and c.legal_for_w8a16(ws, False) == "" for c in head if c.split_k > 1)
+        assert not any(c.split_k > 1 for c in w8a16_configs(t, ws, False, 4096, 256)), ws
+    assert not any(c.split_k > 1 for c in w8a16_configs(t, WScale.BLOCK128, False, 4096, 64))
+    for arch in ("sm_80", "sm_89", "gfx1201"):
+        assert not any(c.split_k > 1 for c in w8a16_configs(Target.simulated_for(arch), WScale.ROW, False, 4096, 64))

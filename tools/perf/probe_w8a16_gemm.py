@@ -3,6 +3,8 @@ on the GPU, graph replay over weight copies > 3.3x L2 (`kernels_triton._gemm_ben
 
     python -m tools.perf.probe_w8a16_gemm bk128   # 128-deep K tiles (8 warps) against the table, M = 256, 1024, 4096
     python -m tools.perf.probe_w8a16_gemm split   # fixed split-K counts 1-4 of one tile per format, M = 256, 1024
+    python -m tools.perf.probe_w8a16_gemm m64     # session 12: small tiles x fixed split-K at M = 64, W8A16 and W8A8,
+                                                  # with bf16 F.linear timed in the same process and each config's error
 
 A line per cell: the table's route and time, then each probed config's time."""
 
@@ -35,11 +37,97 @@ def _cell(tab: dict, fmt: str, m: int, n: int, k: int, configs: dict) -> str:
     return " | ".join(out)
 
 
+def _bf16_us(m: int, n: int, k: int) -> float:
+    """bf16 F.linear on the same rotation policy as time_prefill (the number the targets compare with)."""
+    import torch
+
+    from kernels_triton._gemm_bench import _timer
+    from tools.perf.timing import RotationPolicy, l2_bytes, one_rotation
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)]
+    ws += [w.clone() for w in ws * (RotationPolicy().copies(2 * n * k, l2_bytes()) - 1)]
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    t = _timer().time(lambda i: torch.nn.functional.linear(x, ws[i]), len(ws), one_rotation(20))
+    return t.best_us
+
+
+def _rel_err(fmt: str, act: str, m: int, n: int, k: int, config) -> float:
+    """Relative error (max-abs over max-abs) of one config's launch against dispatch.reference."""
+    import torch
+
+    import dispatch
+    from dispatch import reference
+    from dispatch.formats import Act
+    from kernels_triton._gemm_candidates import TritonW8A8Gemm, TritonW8A16Gemm
+    g = torch.Generator(device="cuda").manual_seed(1)
+    qw = dispatch.quantize(torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16), fmt, act=act)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    cand = TritonW8A16Gemm() if Act(act) is Act.BF16 else TritonW8A8Gemm()
+    y = cand.run(x, qw, cand.prepare(qw), None, torch.bfloat16, config).float()
+    ref = reference.linear(x, qw).float()
+    return float((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def _m64(m: int, formats: list[str], shapes) -> None:
+    """Small tiles x fixed split-K at one M: is the M = 64 loss of the W8A16 GEMM its programs in flight?"""
+    import json
+    import os
+
+    from kernels_triton._gemm_bench import time_prefill
+    from kernels_triton._gemm_config import GemmConfig
+    tab = _table()
+    out = open(os.path.join(os.environ["OUT"], f"probe_m{m}.jsonl"), "a") if os.environ.get("OUT") else None
+    for fa in formats:
+        fmt, act = fa.split("/")
+        swap = act == "bf16" and fmt in ("fp8_row", "fp8_tensor", "mxfp8")
+        tiles = {"64x64x128s5": (64, 64, 128, 4, 5), "64x64x128s3": (64, 64, 128, 4, 3),
+                 "64x128x128s4": (64, 128, 128, 4, 4), "64x128x128s3": (64, 128, 128, 4, 3)}
+        if act == "bf16":
+            tiles["64x128x64s4"] = (64, 128, 64, 4, 4)
+        for n, k in shapes:
+            from dispatch.formats import Act, Format
+            e = tab.get((Format(fmt), Act(act), n, k, m))
+            row = {"fmt": fmt, "act": act, "n": n, "k": k, "m": m, "bf16_us": round(_bf16_us(m, n, k), 2),
+                   "table": [e.impl, e.us, str(e.config)] if e else None, "configs": {}}
+            for tname, (bm, bn, bk, w, st) in tiles.items():
+                for split in (0, 1, 2, 3, 4):
+                    c = GemmConfig(bm, bn, bk, 8, w, st, swap_ab=swap, tma=k % 16 == 0, split_k=split)
+                    r = time_prefill(fmt, act, m, n, k, c)
+                    name = f"{tname}/k{split or 'auto'}"
+                    if r.us is None:
+                        row["configs"][name] = {"error": r.error[:120]}
+                        continue
+                    row["configs"][name] = {"us": round(r.us, 2)}
+            ok = {nm: v["us"] for nm, v in row["configs"].items() if "us" in v}
+            best = min(ok, key=ok.get) if ok else None
+            if best is not None:
+                bm, bn, bk, w, st = tiles[best.split("/")[0]]
+                sk = best.split("/k")[1]
+                c = GemmConfig(bm, bn, bk, 8, w, st, swap_ab=swap, tma=k % 16 == 0,
+                               split_k=0 if sk == "auto" else int(sk))
+                row["best"] = [best, ok[best], round(_rel_err(fmt, act, m, n, k, c), 5)]
+            print(f"{fmt}/{act} {n}x{k} M={m} bf16 {row['bf16_us']} table "
+                  + (f"{e.impl} {e.us:.1f}" if e else "-")
+                  + (f" | best {best} {ok[best]:.1f} ({row['bf16_us'] / ok[best]:.2f}x bf16, err {row['best'][2]})"
+                     if best else " | all failed")
+                  + " | " + " ".join(f"{nm}={v:.1f}" for nm, v in sorted(ok.items(), key=lambda kv: kv[1])[:6]),
+                  flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
     from kernels_triton._gemm_config import GemmConfig
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("probe", choices=("bk128", "split"))
+    ap.add_argument("probe", choices=("bk128", "split", "m64"))
+    ap.add_argument("--m", type=int, default=64, help="m64 probe: the M to probe")
+    ap.add_argument("--formats", default="fp8_row/bf16,mxfp8/bf16,fp8_block/fp8,fp8_tensor/fp8",
+                    help="m64 probe: format/act list")
+    ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="m64 probe: NxK list")
     a = ap.parse_args(argv)
+    if a.probe == "m64":
+        _m64(a.m, a.formats.split(","), [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")])
+        return
     tab = _table()
     if a.probe == "bk128":
         configs = {"bk128_8w_3st": GemmConfig(128, 128, 128, 8, 8, 3, swap_ab=True, split_k=0),
