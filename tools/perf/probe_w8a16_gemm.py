@@ -67,6 +67,17 @@ def _rel_err(fmt: str, act: str, m: int, n: int, k: int, config) -> float:
     return float((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
+def m64_tiles(fmt: str, act: str) -> tuple[bool, dict[str, tuple[int, int, int, int, int]]]:
+    """The m64 probe's tiles for one format/act: (swap_ab, {name: (block_m, block_n, block_k, warps, stages)}).
+    swap_ab where the layout allows it (W8A16 without a per-K-tile scale); each tile runs with split-K auto / 1-4."""
+    swap = act == "bf16" and fmt in ("fp8_row", "fp8_tensor", "mxfp8")
+    tiles = {"64x64x128s5": (64, 64, 128, 4, 5), "64x64x128s3": (64, 64, 128, 4, 3),
+             "64x128x128s4": (64, 128, 128, 4, 4), "64x128x128s3": (64, 128, 128, 4, 3)}
+    if act == "bf16":
+        tiles["64x128x64s4"] = (64, 128, 64, 4, 4)
+    return swap, tiles
+
+
 def _m64(m: int, formats: list[str], shapes) -> None:
     """Small tiles x fixed split-K at one M: is the M = 64 loss of the W8A16 GEMM its programs in flight?"""
     import json
@@ -78,11 +89,7 @@ def _m64(m: int, formats: list[str], shapes) -> None:
     out = open(os.path.join(os.environ["OUT"], f"probe_m{m}.jsonl"), "a") if os.environ.get("OUT") else None
     for fa in formats:
         fmt, act = fa.split("/")
-        swap = act == "bf16" and fmt in ("fp8_row", "fp8_tensor", "mxfp8")
-        tiles = {"64x64x128s5": (64, 64, 128, 4, 5), "64x64x128s3": (64, 64, 128, 4, 3),
-                 "64x128x128s4": (64, 128, 128, 4, 4), "64x128x128s3": (64, 128, 128, 4, 3)}
-        if act == "bf16":
-            tiles["64x128x64s4"] = (64, 128, 64, 4, 4)
+        swap, tiles = m64_tiles(fmt, act)
         for n, k in shapes:
             from dispatch.formats import Act, Format
             e = tab.get((Format(fmt), Act(act), n, k, m))

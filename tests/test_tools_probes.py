@@ -1,0 +1,48 @@
+"""CPU checks of session 12's GPU probe tools: what they would launch is legal, and they find the table entries they
+re-time (the timings themselves need the GPU)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.mark.parametrize("fa", ["fp8_row/bf16", "mxfp8/bf16", "fp8_block/fp8", "fp8_tensor/fp8"])
+def test_m64_probe_configs_are_legal_for_their_layout(fa):
+    """Every config the m64 probe times passes the same legality check the launchers apply, so an "error" row in
+    its output is a run-time failure, never a config the kernels refuse."""
+    from dispatch.formats import Format
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
+    from tools.perf.probe_w8a16_gemm import m64_tiles
+
+    fmt, act = fa.split("/")
+    swap, tiles = m64_tiles(fmt, act)
+    assert swap == (act == "bf16")  # the probe's W8A16 formats all take swap_ab
+    for bm, bn, bk, warps, stages in tiles.values():
+        for split in (0, 1, 2, 3, 4):
+            c = GemmConfig(bm, bn, bk, 8, warps, stages, swap_ab=swap, tma=True, split_k=split)
+            why = (c.legal_for_w8a16(W8A16_LAYOUT[Format(fmt)], False) if act == "bf16"
+                   else c.legal_for_w8a8(W8A8_LAYOUT[Format(fmt)]))
+            assert why == "", (fa, c, why)
+
+
+def test_recheck_finds_the_entries_it_retimes(tmp_path: pathlib.Path):
+    """tools.perf.recheck_entries looks entries up by their full key: present in the shipped table, absent from a
+    table without them (it then skips that side instead of timing something else)."""
+    from dispatch.formats import Act, Format
+    from dispatch.tables import load_table, save_table
+    from tools.perf.recheck_entries import _entry
+
+    shipped = REPO / "tuning_db/nvidia_h200.yaml"
+    key = (Format.MXFP8, Act.BF16, 28672, 4096, 64)
+    e = _entry(str(shipped), key)
+    assert e is not None and e.key == key
+    t = load_table(shipped)
+    empty = tmp_path / "t.yaml"
+    save_table(t.__class__(**{**t.__dict__, "entries": tuple(x for x in t.entries if x.key != key)}), empty)
+    assert _entry(str(empty), key) is None
+    assert _entry(str(empty), (Format.FP8_ROW, Act.BF16, 6144, 4096, 64)) is not None
