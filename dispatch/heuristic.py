@@ -33,7 +33,8 @@ class Prior:
     serial_bytes: Callable[[Problem], float] | None = None  # traffic of separate passes (added, not overlapped)
     # Tiled GEMMs: the MMA work of a token tile is done whatever M is, so FLOPs count M rounded up to tile_m.
     tile_m: int = 1
-    # Time factor when rows of fp8 codes are not 16-byte aligned (K % 16 != 0: no TMA, no 128-bit loads).
+    # Time factor (on the roofline term and fixed_us) when rows of fp8 codes are not 16-byte aligned (K % 16 != 0:
+    # no TMA, no 128-bit loads).
     unaligned_k_slowdown: float = 1.0
 
     def __post_init__(self) -> None:
@@ -101,9 +102,11 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     **{("cuda.w8a16_gemv", f): Prior(0.95, 0.30, False, 4.5) for f in Format},
     **{("cuda.w8a8_gemv", f): Prior(0.95, 0.30, False, 5.0) for f in Format},
     # The Triton GEMVs, refit in session 11 to their re-measurement (h200_triton_gemv_summary_2026-11-30_s11.json:
-    # best config per cell, 8 shapes x M = 1, 4, 16; us = bytes / (4275 GB/s x bw_eff) + fixed_us fits each format
-    # within 5-14 %, 26 % once). Before: 0.45 / 8.0 and 0.55 / 9.0 for every format, from session 1's GEMVs, which
-    # made a Triton GEMM (untimed below M = 64) look faster at decode wherever no CUDA GEMV is available.
+    # best config per cell, 8 shapes x M = 1, 4, 16; us = bytes / (4275 GB/s x bw_eff) + fixed_us, least squares per
+    # format: `python -m tools.perf.fit_priors` on that file prints these values, mxfp8 0.50 for the 0.48 kept; worst
+    # cell 13-23 % off the fit).
+    # Before: 0.45 / 8.0 and 0.55 / 9.0 for every format, from session 1's GEMVs, which made a Triton GEMM (untimed
+    # below M = 64) look faster at decode wherever no CUDA GEMV is available.
     ("triton.w8a16_gemv", Format.FP8_TENSOR): Prior(0.95, 0.30, False, 7.5),  # as fp8_row (same main loop)
     ("triton.w8a16_gemv", Format.FP8_ROW): Prior(0.95, 0.30, False, 7.5),  # 0.89-1.03, 6.8-7.9 us
     ("triton.w8a16_gemv", Format.MXFP8): Prior(0.48, 0.30, False, 7.7),  # 0.45-0.54, 7.1-8.1 us
@@ -112,7 +115,13 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     ("triton.w8a8_gemv", Format.FP8_ROW): Prior(0.88, 0.30, False, 9.0),  # 0.86-0.90, 8.9-9.2 us
     ("triton.w8a8_gemv", Format.FP8_BLOCK): Prior(0.72, 0.30, False, 9.0),  # 0.70-0.74, 8.2-10.2 us
     ("triton.w8a8_gemv", Format.MXFP8): Prior(0.55, 0.30, False, 9.0),  # not served (mxfp8 is W8A16)
-    **{("triton.w8a16_gemm", f): Prior(0.60, 0.68, False, 5.0, **_GEMM_SHAPE) for f in _W8A16},  # 517-573 TFLOP/s
+    # The Triton GEMMs' memory-bound terms, refit in session 12 (`python -m tools.perf.fit_priors`): W8A16 fp8_row to
+    # its M = 64 table times (h200_candidates_2026-11-30_s12.json --m 64: 0.77 / 6.8 us, worst cell 10 % off; was
+    # 0.60 / 5.0 from session 1), W8A8 to its first timing at M = 1, 4 (h200_candidates_triton_gemm_decode_2026-11-30_s12
+    # .json --m 1,4: 0.77-0.79 / 6.5-7.5 us over the three formats, worst 5-11 %; was 0.50 / 6.0). Replays
+    # (tests/test_heuristic_eval.py): 270 of 280 with the table (269), the heuristic alone 268 (266), without CuPy 268
+    # (253), session 1's and the untabled ones unchanged. The compute terms are session 1's prefill fits.
+    **{("triton.w8a16_gemm", f): Prior(0.77, 0.68, False, 6.8, **_GEMM_SHAPE) for f in _W8A16},  # 517-573 TFLOP/s
     # mxfp8: 247-255 TFLOP/s in session 1; session 10's 128-deep tile reached 310-417 at M = 256 (0.39-0.52 of the
     # 797 peak) and took those keys from the dequantize route. Refit from 0.31: every value in 0.36-0.50 makes the
     # table-free choice of session 10's data right on 3 more cells (266 of 280) and the fallback chain no worse.
@@ -136,7 +145,7 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
                                               _torch_dequant_passes_scaled),
     ("torch.dequant_mm", Format.FP8_BLOCK): Prior(0.60, 0.75, False, 10.0, _gemm_reads_copy,
                                                   _torch_dequant_passes_scaled),  # guess
-    **{("triton.w8a8_gemm", f): Prior(0.50, 0.40, True, 6.0, **_GEMM_SHAPE) for f in Format},  # block 573-581 TFLOP/s
+    **{("triton.w8a8_gemm", f): Prior(0.78, 0.40, True, 6.5, **_GEMM_SHAPE) for f in Format},  # block 573-581 TFLOP/s
 }
 
 # A candidate without its own prior: a generic hand-written kernel of its backend.
@@ -179,5 +188,7 @@ def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float
     peak = spec.fp8_tflops if pr.fp8_mma and spec.fp8_tflops > 0 else spec.bf16_tflops
     flops = problem.flops * max(1, pr.tile_m / problem.m)
     compute_us = flops / (max(peak, 1e-3) * 1e6 * pr.compute_eff)
-    us = max(mem_us, compute_us) * (pr.unaligned_k_slowdown if problem.k % 16 else 1.0)
-    return us + serial_us + pr.fixed_us
+    # Unaligned K slows the whole kernel, its fixed cost included: the Triton GEMMs took 15-78 us at 3000x1000, M = 1-16,
+    # where their roofline term is ~1 us (session 3's untabled run).
+    slow = pr.unaligned_k_slowdown if problem.k % 16 else 1.0
+    return (max(mem_us, compute_us) + pr.fixed_us) * slow + serial_us

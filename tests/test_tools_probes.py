@@ -46,3 +46,23 @@ def test_recheck_finds_the_entries_it_retimes(tmp_path: pathlib.Path):
     save_table(t.__class__(**{**t.__dict__, "entries": tuple(x for x in t.entries if x.key != key)}), empty)
     assert _entry(str(empty), key) is None
     assert _entry(str(empty), (Format.FP8_ROW, Act.BF16, 6144, 4096, 64)) is not None
+
+
+def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
+    """dispatch/heuristic.py's Triton GEMV priors are a least-squares fit to session 11's measurement; the fit tool
+    reproduces them from the file in docs/perf (to 0.03 of bw_eff and 0.3 us of fixed cost)."""
+    import json
+
+    from dispatch.formats import Format
+    from dispatch.heuristic import MEASURED_PRIORS
+    from tools.perf.fit_priors import fit
+
+    fits = fit(json.loads((REPO / "docs/perf/h200_triton_gemv_summary_2026-11-30_s11.json").read_text()))
+    assert {(f.candidate, f.fmt, f.act) for f in fits} == {
+        ("triton.w8a16_gemv", "fp8_row", "bf16"), ("triton.w8a16_gemv", "mxfp8", "bf16"),
+        ("triton.w8a8_gemv", "fp8_block", "fp8"), ("triton.w8a8_gemv", "fp8_row", "fp8"),
+        ("triton.w8a8_gemv", "fp8_tensor", "fp8")}
+    for f in fits:
+        assert f.cells == 24
+        pr = MEASURED_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
