@@ -110,7 +110,9 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
     add("w8a16_gemv_mma[mx32,fp16]", WScale.MX32, 0, dot, x="fp16")
     for ws in (WScale.TENSOR, WScale.ROW, WScale.BLOCK128):
         n = {WScale.TENSOR: "tensor", WScale.ROW: "token_row", WScale.BLOCK128: "group_block"}[ws]
-        add(f"w8a8_gemv_fma_fusedq[{n}]", ws, 2, GemvConfig(4, 32, 256) if ws is WScale.BLOCK128 else fma)
+        # fused 1x128 groups take block_m >= 4; 16 rows on gfx1201, whose default it is there (32 rows spill)
+        fused_groups = GemvConfig(4, 16 if t.is_rocm else 32, 256)
+        add(f"w8a8_gemv_fma_fusedq[{n}]", ws, 2, fused_groups if ws is WScale.BLOCK128 else fma)
         add(f"w8a8_gemv_mma_fusedq[{n}]", ws, 2, dot)
         add(f"w8a8_gemv_mma[{n}]", ws, 1, dot)
     sig = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "SPLIT_K": "i32",

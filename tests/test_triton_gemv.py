@@ -335,3 +335,33 @@ def test_w8a8_decode_space_offers_the_unfused_tensor_core_tile():
     space = gemv_configs(p, Target.simulated_for("sm_90"), 0)
     assert (space[0].block_m, space[0].block_n, space[0].block_k) == (1, 16, 512) and any(c.use_dot for c in space)
     assert gemv_configs(p, Target.simulated_for("sm_80"), 0)[0] == GemvConfig(1, 32, 256, 0, 4)
+
+
+@pytest.mark.skipif(INTERP, reason="AOT compile test")
+def test_default_fma_configs_compile_without_spills_on_every_target():
+    """The default decode config at M <= 8 (the FMA path) of every format/act compiles without register spills for
+    sm_80, sm_89, sm_90 and gfx1201 (AOT, no GPU). On gfx1201 the 32-row FMA tile spilled 28-808 bytes a lane at 4
+    and 8 token rows (session 12); the 16-row tile, its default there now, spills nowhere."""
+    from dispatch.formats import Act, Format
+    from dispatch.target import Target
+    from kernels_triton._gemm_layouts import W8A16_LAYOUT
+    from kernels_triton.candidates import TritonW8A8Gemv, TritonW8A16Gemv
+    from kernels_triton.isa import compile_and_inspect, gemv_variant
+
+    seen, bad = set(), []
+    for arch in ("sm_80", "sm_89", "sm_90", "gfx1201"):
+        t = Target.simulated_for(arch)
+        for fmt, act in FORMAT_ACTS:
+            cand = TritonW8A16Gemv() if act == "bf16" else TritonW8A8Gemv()
+            for m in (1, 2, 4, 8):
+                p = Problem(Format(fmt), Act(act), m, 4096, 4096, torch.bfloat16, torch.bfloat16)
+                cfg = cand.configs(p, t)[0]
+                a_mode = 0 if act == "bf16" else (2 if cfg.fuse_act_quant else 1)
+                key = (arch, W8A16_LAYOUT[Format(fmt)], a_mode, cfg)
+                if key in seen:
+                    continue
+                seen.add(key)
+                row = compile_and_inspect(gemv_variant("default", arch, key[1], a_mode, cfg))
+                if not row.compiled or row.spills:
+                    bad.append((arch, fmt, act, m, cfg, row.spills, row.error[:80]))
+    assert not bad, bad
