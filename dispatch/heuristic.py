@@ -114,7 +114,6 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     ("triton.w8a8_gemv", Format.FP8_TENSOR): Prior(0.90, 0.30, False, 10.5),  # 0.90-0.91, 9.4-11.3 us
     ("triton.w8a8_gemv", Format.FP8_ROW): Prior(0.88, 0.30, False, 9.0),  # 0.86-0.90, 8.9-9.2 us
     ("triton.w8a8_gemv", Format.FP8_BLOCK): Prior(0.72, 0.30, False, 9.0),  # 0.70-0.74, 8.2-10.2 us
-    ("triton.w8a8_gemv", Format.MXFP8): Prior(0.55, 0.30, False, 9.0),  # not served (mxfp8 is W8A16)
     # The Triton GEMMs' memory-bound terms, refit in session 12 (`python -m tools.perf.fit_priors`): W8A16 fp8_row to
     # its M = 64 table times (h200_candidates_2026-11-30_s12.json --m 64: 0.77 / 6.8 us, worst cell 10 % off; was
     # 0.60 / 5.0 from session 1), W8A8 to its first timing at M = 1, 4 (h200_candidates_triton_gemm_decode_2026-11-30_s12
@@ -174,13 +173,18 @@ def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
     return PRIORS.get(candidate.id) or BACKEND_DEFAULTS.get(candidate.backend, _FALLBACK)
 
 
+def call_bytes(problem: Problem) -> int:
+    """The memory term's bytes common to every candidate: weight codes + scales, x in, y out
+    (tools/perf/fit_priors.py fits priors to the same count)."""
+    return (problem.weight_bytes + problem.m * problem.k * problem.x_dtype.itemsize
+            + problem.m * problem.n * problem.out_dtype.itemsize)
+
+
 def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float:
     """Estimated microseconds of one call of `candidate` on `problem`, `target`."""
     spec = target.spec
     pr = prior_of(candidate, problem, target)
-    xb = problem.x_dtype.itemsize
-    ob = problem.out_dtype.itemsize
-    nbytes = problem.weight_bytes + problem.m * problem.k * xb + problem.m * problem.n * ob
+    nbytes = call_bytes(problem)
     if pr.extra_bytes is not None:
         nbytes += pr.extra_bytes(problem)
     mem_us = nbytes / (spec.mem_gbps * 1e3 * pr.bw_eff)

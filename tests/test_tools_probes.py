@@ -15,19 +15,18 @@ def test_m64_probe_configs_are_legal_for_their_layout(fa):
     """Every config the m64 probe times passes the same legality check the launchers apply, so an "error" row in
     its output is a run-time failure, never a config the kernels refuse."""
     from dispatch.formats import Format
-    from kernels_triton._gemm_config import GemmConfig
     from kernels_triton._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
-    from tools.perf.probe_w8a16_gemm import m64_tiles
+    from tools.perf.probe_w8a16_gemm import m64_configs
 
     fmt, act = fa.split("/")
-    swap, tiles = m64_tiles(fmt, act)
-    assert swap == (act == "bf16")  # the probe's W8A16 formats all take swap_ab
-    for bm, bn, bk, warps, stages in tiles.values():
-        for split in (0, 1, 2, 3, 4):
-            c = GemmConfig(bm, bn, bk, 8, warps, stages, swap_ab=swap, tma=True, split_k=split)
-            why = (c.legal_for_w8a16(W8A16_LAYOUT[Format(fmt)], False) if act == "bf16"
-                   else c.legal_for_w8a8(W8A8_LAYOUT[Format(fmt)]))
-            assert why == "", (fa, c, why)
+    configs = m64_configs(fmt, act, 4096)
+    assert len(configs) == (25 if act == "bf16" else 20)
+    for name, c in configs.items():
+        assert c.swap_ab == (act == "bf16") and c.tma
+        why = (c.legal_for_w8a16(W8A16_LAYOUT[Format(fmt)], False) if act == "bf16"
+               else c.legal_for_w8a8(W8A8_LAYOUT[Format(fmt)]))
+        assert why == "", (fa, name, why)
+    assert configs["64x64x128s3/k4"].split_k == 4 and configs["64x128x128s4/kauto"].split_k == 0
 
 
 def test_recheck_finds_the_entries_it_retimes(tmp_path: pathlib.Path):

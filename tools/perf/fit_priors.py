@@ -1,7 +1,7 @@
 """Fit the heuristic's memory-bound prior of a decode kernel to measurements (what dispatch/heuristic.py's
 Triton GEMV priors were refit to in session 11):
 
-    us = bytes / (mem_gbps x bw_eff) + fixed_us,  bytes = weight codes + scales + x in + y out (bf16)
+    us = bytes / (mem_gbps x bw_eff) + fixed_us,  bytes = dispatch.heuristic.call_bytes (codes + scales, x, y: bf16)
 
 by least squares per (candidate, format/act) over every measured cell, then the largest relative residual and the
 shipped prior next to it (`dispatch.heuristic.MEASURED_PRIORS`).
@@ -54,6 +54,7 @@ def fit(data: dict[str, Any], arch: str = "sm_90", ms: tuple[int, ...] | None = 
     import torch
 
     from dispatch.formats import Act, Format
+    from dispatch.heuristic import call_bytes
     from dispatch.problem import Problem
     from dispatch.target import Target
 
@@ -63,8 +64,7 @@ def fit(data: dict[str, Any], arch: str = "sm_90", ms: tuple[int, ...] | None = 
         if ms is not None and m not in ms:
             continue
         p = Problem(Format(fmt), Act(act), m, n, k, torch.bfloat16, torch.bfloat16)
-        nbytes = p.weight_bytes + 2 * m * k + 2 * m * n
-        groups.setdefault((cid, fmt, act), []).append((nbytes, us))
+        groups.setdefault((cid, fmt, act), []).append((call_bytes(p), us))
     fits = []
     for (cid, fmt, act), pts in sorted(groups.items()):
         n = len(pts)

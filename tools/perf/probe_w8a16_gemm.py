@@ -43,11 +43,11 @@ def _bf16_us(m: int, n: int, k: int) -> float:
 
     from kernels_triton._gemm_bench import _timer
     from tools.perf.timing import RotationPolicy, l2_bytes, one_rotation
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)]
-    ws += [w.clone() for w in ws * (RotationPolicy().copies(2 * n * k, l2_bytes()) - 1)]
+    from tools.perf.workload import bf16_copies
+    ws = bf16_copies(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), l2_bytes=l2_bytes(),
+                     rotation=RotationPolicy())
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    t = _timer().time(lambda i: torch.nn.functional.linear(x, ws[i]), len(ws), one_rotation(20))
-    return t.best_us
+    return _timer().time(lambda i: torch.nn.functional.linear(x, ws[i]), len(ws), one_rotation(20)).best_us
 
 
 def _rel_err(fmt: str, act: str, m: int, n: int, k: int, config) -> float:
@@ -67,15 +67,18 @@ def _rel_err(fmt: str, act: str, m: int, n: int, k: int, config) -> float:
     return float((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def m64_tiles(fmt: str, act: str) -> tuple[bool, dict[str, tuple[int, int, int, int, int]]]:
-    """The m64 probe's tiles for one format/act: (swap_ab, {name: (block_m, block_n, block_k, warps, stages)}).
-    swap_ab where the layout allows it (W8A16 without a per-K-tile scale); each tile runs with split-K auto / 1-4."""
+def m64_configs(fmt: str, act: str, k: int):
+    """The m64 probe's configs for one format/act, by name ("64x64x128s5/k2": tokens x weight rows x K, stages,
+    split-K; kauto = chosen at launch): 4-5 tiles x split-K auto / 1-4, swap_ab where the layout allows it (W8A16
+    without a per-K-tile scale), TMA where rows are 16-byte aligned."""
+    from kernels_triton._gemm_config import GemmConfig
     swap = act == "bf16" and fmt in ("fp8_row", "fp8_tensor", "mxfp8")
-    tiles = {"64x64x128s5": (64, 64, 128, 4, 5), "64x64x128s3": (64, 64, 128, 4, 3),
-             "64x128x128s4": (64, 128, 128, 4, 4), "64x128x128s3": (64, 128, 128, 4, 3)}
+    tiles = [(64, 64, 128, 5), (64, 64, 128, 3), (64, 128, 128, 4), (64, 128, 128, 3)]
     if act == "bf16":
-        tiles["64x128x64s4"] = (64, 128, 64, 4, 4)
-    return swap, tiles
+        tiles.append((64, 128, 64, 4))
+    return {f"{bm}x{bn}x{bk}s{st}/k{split or 'auto'}":
+            GemmConfig(bm, bn, bk, 8, 4, st, swap_ab=swap, tma=k % 16 == 0, split_k=split)
+            for bm, bn, bk, st in tiles for split in (0, 1, 2, 3, 4)}
 
 
 def _m64(m: int, formats: list[str], shapes) -> None:
@@ -84,34 +87,23 @@ def _m64(m: int, formats: list[str], shapes) -> None:
     import os
 
     from kernels_triton._gemm_bench import time_prefill
-    from kernels_triton._gemm_config import GemmConfig
     tab = _table()
     out = open(os.path.join(os.environ["OUT"], f"probe_m{m}.jsonl"), "a") if os.environ.get("OUT") else None
     for fa in formats:
         fmt, act = fa.split("/")
-        swap, tiles = m64_tiles(fmt, act)
         for n, k in shapes:
+            configs = m64_configs(fmt, act, k)
             from dispatch.formats import Act, Format
             e = tab.get((Format(fmt), Act(act), n, k, m))
             row = {"fmt": fmt, "act": act, "n": n, "k": k, "m": m, "bf16_us": round(_bf16_us(m, n, k), 2),
                    "table": [e.impl, e.us, str(e.config)] if e else None, "configs": {}}
-            for tname, (bm, bn, bk, w, st) in tiles.items():
-                for split in (0, 1, 2, 3, 4):
-                    c = GemmConfig(bm, bn, bk, 8, w, st, swap_ab=swap, tma=k % 16 == 0, split_k=split)
-                    r = time_prefill(fmt, act, m, n, k, c)
-                    name = f"{tname}/k{split or 'auto'}"
-                    if r.us is None:
-                        row["configs"][name] = {"error": r.error[:120]}
-                        continue
-                    row["configs"][name] = {"us": round(r.us, 2)}
+            for name, c in configs.items():
+                r = time_prefill(fmt, act, m, n, k, c)
+                row["configs"][name] = {"us": round(r.us, 2)} if r.us is not None else {"error": r.error[:120]}
             ok = {nm: v["us"] for nm, v in row["configs"].items() if "us" in v}
             best = min(ok, key=ok.get) if ok else None
             if best is not None:
-                bm, bn, bk, w, st = tiles[best.split("/")[0]]
-                sk = best.split("/k")[1]
-                c = GemmConfig(bm, bn, bk, 8, w, st, swap_ab=swap, tma=k % 16 == 0,
-                               split_k=0 if sk == "auto" else int(sk))
-                row["best"] = [best, ok[best], round(_rel_err(fmt, act, m, n, k, c), 5)]
+                row["best"] = [best, ok[best], round(_rel_err(fmt, act, m, n, k, configs[best]), 5)]
             print(f"{fmt}/{act} {n}x{k} M={m} bf16 {row['bf16_us']} table "
                   + (f"{e.impl} {e.us:.1f}" if e else "-")
                   + (f" | best {best} {ok[best]:.1f} ({row['bf16_us'] / ok[best]:.2f}x bf16, err {row['best'][2]})"

@@ -5,17 +5,9 @@
 # instructions in its sm_90 code and its exponent load's latency not the main cost (the rejected prefetch).
 #   OUT=dir bash tools/perf/profile_mx_m64.sh      -> $OUT/profile_mx_m64.tgz; the key lines on stdout
 source "$(dirname "$0")/device_env.sh"; W=$(mktemp -d); fp8d_record_env "$W/env.txt" > /dev/null
-NCU="ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-  --section Occupancy --section LaunchStats --section InstructionStats --section SourceCounters -s 2 -c 1"
-KEYS="Duration|Registers Per|Achieved Occupancy|Issued Ipc Active|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput|\
-DRAM Throughput|Warp Cycles Per Issued|Shared Memory|Bank Conflicts|Stall|Executed Ipc|Dynamic Shared"
-run() {  # name args...
-  local name=$1; shift
-  timeout ${NCU_TIMEOUT:-150} $NCU -k "regex:_w8a16_gemm" python3 -m tools.perf.profile_gemm "$@" > "$W/$name.txt" 2>&1
-  echo "== $name rc=$?"; grep -E "$KEYS" "$W/$name.txt" | sed 's/  */ /g' | head -40
-}
+NCU_EXTRA="--section SourceCounters" source tools/perf/ncu_common.sh
 for fmt in fp8_row mxfp8; do
-  run ${fmt}_6656x2560_64x64 --fmt $fmt --m 64 --n 6656 --k 2560 --config 64,64,128,4,5,1,1,1
-  run ${fmt}_6656x2560_64x128 --fmt $fmt --m 64 --n 6656 --k 2560 --config 64,128,128,4,3,1,1,4
+  fp8d_ncu ${fmt}_6656x2560_64x64 _w8a16_gemm --fmt $fmt --m 64 --n 6656 --k 2560 --config 64,64,128,4,5,1,1,1
+  fp8d_ncu ${fmt}_6656x2560_64x128 _w8a16_gemm --fmt $fmt --m 64 --n 6656 --k 2560 --config 64,128,128,4,3,1,1,4
 done
 tar czf "$OUT/profile_mx_m64.tgz" -C "$W" .

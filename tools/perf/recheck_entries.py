@@ -14,13 +14,10 @@ import argparse
 
 
 def _entry(path: str, key: tuple):
-    import pathlib
-
+    """The entry of the table at `path` for `key`, or None."""
     from dispatch.tables import load_table
-    for e in load_table(pathlib.Path(path)).entries:
-        if e.key == key:
-            return e
-    return None
+    hit = load_table(path).index().get(key)
+    return hit[1] if hit else None
 
 
 def main(argv: list[str] | None = None) -> None:
