@@ -32,7 +32,8 @@ class TritonW8A16Gemm(_GemmCandidate):
     id = "triton.w8a16_gemm"
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
-                    "kernels_triton/_fp8.py", "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py")
+                    "kernels_triton/_fp8.py", "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
+                    "kernels_triton/_pdl.py")
     act = Act.BF16
     sibling = "triton.w8a8_gemm"
     x_dtypes = (torch.bfloat16, torch.float16)
@@ -69,7 +70,8 @@ class TritonW8A8Gemm(_GemmCandidate):
     serves = frozenset((f, Act.FP8) for f in W8A8_LAYOUT)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
-                    "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py")
+                    "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
+                    "kernels_triton/_pdl.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works

@@ -6,11 +6,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._pdl import enter
+
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def splitk_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
-                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic."""
+                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic. PDL: launched
+    programmatically after the GEMM that wrote the partials (kernels_triton._pdl)."""
+    enter(PDL)
     pid_m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs_n < N

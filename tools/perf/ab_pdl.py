@@ -1,0 +1,121 @@
+"""Programmatic dependent launch of the Triton GEMM chain (kernels_triton._pdl), off against on, on the GPU:
+
+    python -m tools.perf.ab_pdl --m 64,256 [--shapes 4096x4096,...] [--rounds 2] [--out ab.jsonl]
+
+Per cell (format/act x shape x M): the Triton GEMM of that format/act with the shipped table's config where a Triton
+GEMM holds the key, else with its default config, timed with PDL off, on without the weight prefetch
+(PREFETCH_BUDGET = 0: wait and trigger only) and on as shipped; the table's own route (whatever it is) and bf16
+F.linear in the same process. The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
+replay over weight copies rotating through > 3.3x L2, median. W8A8 times include the activation quantizer. The
+variants alternate within a round, rounds repeat the order reversed. A line per cell and round, a JSON line per
+cell in --out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tools.perf.probe_w8a16_gemm import SHAPES
+
+FORMATS = ("fp8_row/bf16", "mxfp8/bf16", "fp8_block/fp8", "fp8_tensor/fp8", "fp8_row/fp8")
+TRITON_GEMMS = {"bf16": "triton.w8a16_gemm", "fp8": "triton.w8a8_gemm"}
+
+
+def variants(w8a8: bool) -> dict:
+    """name -> (kernels_triton._pdl.ENABLED, PREFETCH_BUDGET, the activation quantizer launched programmatically)
+    of each timed variant; W8A8 also times PDL on with a plainly launched quantizer ("on_aq_plain")."""
+    from kernels_triton import _pdl
+    v = {"off": (False, _pdl.PREFETCH_BUDGET, False), "wait": (True, 0, True), "on": (True, _pdl.PREFETCH_BUDGET, True)}
+    if w8a8:
+        v["on_aq_plain"] = (True, _pdl.PREFETCH_BUDGET, False)
+    return v
+
+
+def main(argv: list[str] | None = None) -> None:
+    import pathlib
+
+    import torch
+
+    from dispatch import registry
+    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
+    from dispatch.tables import load_table
+    from dispatch.target import detect
+    from dispatch.weight_quant import quantize
+    from kernels_triton import _act_quant, _pdl
+    from tools.perf.routes import RouteCtx, candidate_route
+    from tools.perf.timing import CudaTimer, RotationPolicy, TimingPolicy, l2_bytes, warm_gpu
+    from tools.perf.workload import bf16_copies, build_weight_set, make_weight
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", default="64,256")
+    ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
+    timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
+    policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
+    cands = {c.id: c for c in registry.candidates()}
+    tgt = detect(torch.device("cuda"))
+    saved = (_pdl.ENABLED, _pdl.PREFETCH_BUDGET)
+    out = open(a.out, "a") if a.out else None
+    warm_gpu(1.0)
+    for shape in a.shapes.split(","):
+        n, k = (int(v) for v in shape.split("x"))
+        w = make_weight(n, k, "cuda")
+        bw = bf16_copies(w, l2_bytes=l2, rotation=rot)
+        for fa in a.formats.split(","):
+            fmt, act = Format(fa.split("/")[0]), Act(fa.split("/")[1])
+            ws = build_weight_set(w, fmt, act, l2_bytes=l2, rotation=rot, quantize=quantize)
+            for m in (int(v) for v in a.m.split(",")):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                ctx = RouteCtx(fmt, act, x, ws, lambda bw=bw: bw)
+                hit = table.get((fmt, act, n, k, m))
+                entry = hit[1] if hit else None
+                gemm = cands[TRITON_GEMMS[act.value]]
+                if entry is not None and entry.impl == gemm.id:
+                    cfg, src = gemm.config_type.from_dict(dict(entry.config)), "table"
+                else:
+                    cfg, src = gemm.default_config(Problem(fmt, act, m, n, k), tgt), "default"
+                route = candidate_route(gemm, cfg, gemm.id)
+                vs = variants(act is Act.FP8)
+                times: dict[str, list[float]] = {v: [] for v in vs}
+                table_us: list[float] = []
+                bf16_us: list[float] = []
+                for r in range(a.rounds):
+                    order = list(vs.items())
+                    for name, (on, budget, aq) in (order if r % 2 == 0 else order[::-1]):
+                        _pdl.ENABLED, _pdl.PREFETCH_BUDGET = on, budget
+                        _act_quant.pdl_launch = _pdl.pdl_launch if aq else (lambda device: False)
+                        call, nc = route.make(ctx)
+                        times[name].append(timer.time(call, nc, policy).best_us)
+                    _pdl.ENABLED, _pdl.PREFETCH_BUDGET = saved
+                    _act_quant.pdl_launch = _pdl.pdl_launch
+                    if entry is not None and entry.impl in cands and entry.impl != gemm.id:
+                        c = cands[entry.impl]
+                        call, nc = candidate_route(c, c.config_type.from_dict(dict(entry.config)), c.id).make(ctx)
+                        table_us.append(timer.time(call, nc, policy).best_us)
+                    t = timer.time(lambda i, x=x, bw=bw: torch.nn.functional.linear(x, bw[i]), len(bw), policy)
+                    bf16_us.append(t.best_us)
+                    print(f"{fa} {n}x{k} M={m} r{r} [{src} {cfg}] "
+                          + " | ".join(f"{v} {ts[-1]:.2f}" for v, ts in times.items())
+                          + (f" | table {entry.impl} {table_us[-1]:.2f}" if table_us else "")
+                          + f" | bf16 {bf16_us[-1]:.2f}", flush=True)
+                if out:
+                    out.write(json.dumps({"fmt": fmt.value, "act": act.value, "n": n, "k": k, "m": m, "config_src": src,
+                                          "config": cfg.to_dict(), "us": {v: min(ts) for v, ts in times.items()},
+                                          "us_all": times, "table_impl": entry.impl if entry else None,
+                                          "table_us": min(table_us) if table_us else None,
+                                          "bf16_us": min(bf16_us)}) + "\n")
+                    out.flush()
+                del ctx
+            del ws
+            torch.cuda.empty_cache()
+        del bw
+    _pdl.ENABLED, _pdl.PREFETCH_BUDGET = saved
+
+
+if __name__ == "__main__":
+    main()
