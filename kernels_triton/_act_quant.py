@@ -44,7 +44,7 @@ from dispatch.formats import ACT_GROUP, ActGranularity
 from dispatch.target import Target, detect
 
 from ._fp8 import amax_to_scale
-from ._pdl import enter, launch_options, pdl_launch
+from ._pdl import enter, launch_options, leave, pdl_mode
 from .configs import ActQuantConfig, default_act_quant_config, exact_hw_e4m3_cast
 from .weight_quant import FLT_MAX, _div_by_scale, _encode, _max_nan, _recip, _to_f32
 
@@ -67,10 +67,11 @@ def _quotient(v, s, y, RECIP: tl.constexpr):
 @triton.jit
 def _per_token_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
                       HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, LOOP: tl.constexpr, PDL: tl.constexpr = False):
+                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, LOOP: tl.constexpr, PDL: tl.constexpr = 0):
     """BLOCK_R whole rows per program. LOOP=False: BLOCK_K >= K, the rows stay in registers (one read).
     LOOP=True (rows longer than ActQuantConfig.row_max): an amax loop, then a cast loop that re-reads the row
-    (from L1/L2: one row per program). PDL (every kernel here): launched programmatically (kernels_triton._pdl)."""
+    (from L1/L2: one row per program). PDL (every kernel here): the programmatic-launch mode (kernels_triton._pdl;
+    0 = a plain launch)."""
     enter(PDL)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows[:, None] < M
@@ -99,12 +100,13 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
             tl.store(q_rows + k0 + cols, _encode(_quotient(v, s2, y2, RECIP), HW_FP8, HW_CVT), mask=m)
     else:
         tl.store(q_rows + cols, _encode(_quotient(v, s2, y2, RECIP), HW_FP8, HW_CVT), mask=m)
+    leave(PDL)
 
 
 @triton.jit
 def _per_group_kernel(x_ptr, q_ptr, s_ptr, M, K, NG, stride_xm, stride_qm, stride_sm, GRID_G,
                       HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                      BLOCK_R: tl.constexpr, GROUPS: tl.constexpr, PDL: tl.constexpr = False):
+                      BLOCK_R: tl.constexpr, GROUPS: tl.constexpr, PDL: tl.constexpr = 0):
     """[BLOCK_R, GROUPS * 128] tiles (loaded 2-D: a warp reads a contiguous row segment), viewed as
     [BLOCK_R, GROUPS, 128] for the group amax; each group's amax, scale and codes stay in registers (one read).
     1-D grid, the column tile fastest (GRID_G column tiles); NG = ceil(K / 128). The last group may be partial:
@@ -126,11 +128,12 @@ def _per_group_kernel(x_ptr, q_ptr, s_ptr, M, K, NG, stride_xm, stride_qm, strid
     q = _quotient(vg, s[:, :, None], _recip(s, RECIP)[:, :, None], RECIP)
     q = _encode(tl.reshape(q, [BLOCK_R, GROUPS * 128]), HW_FP8, HW_CVT)
     tl.store(q_ptr + r64 * stride_qm + cols[None, :], q, mask=m)
+    leave(PDL)
 
 
 @triton.jit
 def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr,
-                              RECIP: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+                              RECIP: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
     """Small tensors: one program, amax loop then cast loop (one launch; x stays in L1/L2)."""
     enter(PDL)
     offs = tl.arange(0, BLOCK)
@@ -145,6 +148,7 @@ def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, 
         m = i0 + offs < NUMEL
         v = _to_f32(tl.load(x_ptr + i0 + offs, mask=m, other=0.0))
         tl.store(q_ptr + i0 + offs, _encode(_quotient(v, s, y, RECIP), HW_FP8, HW_CVT), mask=m)
+    leave(PDL)
 
 
 @triton.jit
@@ -155,7 +159,7 @@ def _tile_mask(offs, NUMEL, base, BLOCK: tl.constexpr):
 
 @triton.jit
 def _tensor_amax_kernel(x_ptr, part_ptr, NUMEL, NTILES, BLOCK: tl.constexpr, WIDTH: tl.constexpr,
-                        PDL: tl.constexpr = False):
+                        PDL: tl.constexpr = 0):
     """Pass 1 of per-tensor scaling: program p reduces tiles p, p + P, ... (P = the grid, a few programs per SM, all
     resident) and writes its NaN-propagating max to part_ptr[p]. No atomics, so nothing needs zero-filling.
     A tile is loaded as [BLOCK // WIDTH, WIDTH] (WIDTH = 8 values x the program's threads) and folded along its
@@ -171,12 +175,13 @@ def _tensor_amax_kernel(x_ptr, part_ptr, NUMEL, NTILES, BLOCK: tl.constexpr, WID
         v = tl.load(x_ptr + base + offs, mask=_tile_mask(offs, NUMEL, base, BLOCK), other=0.0)
         acc = _max_nan(acc, tl.reduce(tl.abs(_to_f32(v)), 0, _max_nan))
     tl.store(part_ptr + pid, tl.reduce(acc, 0, _max_nan))
+    leave(PDL)
 
 
 @triton.jit
 def _tensor_cast_kernel(x_ptr, q_ptr, s_ptr, part_ptr, NUMEL, NPART,
                         HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                        BLOCK: tl.constexpr, PART_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+                        BLOCK: tl.constexpr, PART_BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
     """Pass 2: every program reduces the NPART partial maxima (a few KB, from L2) to the scale, then quantizes one
     tile. Tiles in reverse order, so the first programs read what pass 1 read last (still in L2). x is loaded and
     the codes stored evict-first: a consumed x line and a code line are then L2's first victims, so the x tiles
@@ -195,6 +200,7 @@ def _tensor_cast_kernel(x_ptr, q_ptr, s_ptr, part_ptr, NUMEL, NPART,
     v = _to_f32(tl.load(x_ptr + base + offs, mask=m, other=0.0, eviction_policy="evict_first"))
     q = _encode(_quotient(v, s, _recip(s, RECIP), RECIP), HW_FP8, HW_CVT)
     tl.store(q_ptr + base + offs, q, mask=m, eviction_policy="evict_first")
+    leave(PDL)
 
 
 # --- launch rule (pure: testable without a GPU) and launcher ---------------------------------------------------
@@ -293,7 +299,7 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
     dev = x.device
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn if hw else torch.uint8, device=dev)
     p = plan(g, m, k, cfg, tgt.sm_count)
-    pdl = pdl_launch(dev)
+    pdl = pdl_mode(dev)
     flags = dict(HW_FP8=hw, HW_CVT=cvt, RECIP=recip, PDL=pdl, num_warps=p.num_warps, **launch_options(pdl))
     if g is ActGranularity.PER_TOKEN:
         s = torch.empty((m, 1), dtype=torch.float32, device=dev)
@@ -326,11 +332,11 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
 
 
 def isa_kernel_specs(hw_fp8: bool, hw_cvt: bool, x_dtype: str = "bf16", m: int = 4096, k: int = 4096,
-                     cfg: ActQuantConfig | None = None, sm_count: int = 132, pdl: bool = False) -> list[tuple]:
+                     cfg: ActQuantConfig | None = None, sm_count: int = 132, pdl: int = 0) -> list[tuple]:
     """What the launcher compiles for an [m, k] input, for ahead-of-time inspection (kernels_triton.isa, the SASS
     instruction-count test): (name, kernel, signature, constexprs, num_warps, ints with 16-divisibility hints).
-    Includes the long-row loop of per-token (k > row_max) and the single-program per-tensor kernel. `pdl`: as
-    launched programmatically (CUDA sm_90+)."""
+    Includes the long-row loop of per-token (k > row_max) and the single-program per-tensor kernel. `pdl`: the
+    programmatic-launch mode (kernels_triton._pdl; CUDA sm_90+)."""
     cfg = cfg or ActQuantConfig()
     q = "*fp8e4nv" if hw_fp8 else "*u8"
     xp = f"*{x_dtype}"

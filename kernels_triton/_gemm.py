@@ -33,10 +33,10 @@ Shared structure:
   - WGMMA_DRAIN (W8A16, a constexpr; wgmma targets): `_wgmma.wait_all` at the top of each K step. ptxas before
     CUDA 13.3 re-uses the registers of wgmmas still in flight (triton-lang/triton PR 11781), which gave
     non-finite outputs on the H200; dispatch.isa.wgmma_register_hazards finds such writes in the SASS.
-  - PDL (a constexpr; CUDA sm_90+): programmatic dependent launch (kernels_triton._pdl). Before waiting for the
-    previous kernel (its activation quantizer, the previous layer) the first wave asks L2 for the start of its
-    weight rows, so the weight stream overlaps that kernel's tail; the split-K reduction and the activation
-    quantizers of the chain wait the same way.
+  - PDL (a constexpr; CUDA sm_90+): programmatic dependent launch (kernels_triton._pdl): the kernel may start
+    before the previous one (its activation quantizer, the previous layer) has finished, waits for it before
+    touching memory, and lets the next kernel launch; the split-K reduction and the activation quantizers of the
+    chain do the same.
   - DOT_F32 (a constexpr) is the CPU-interpreter path ONLY: operands are widened to fp32 and multiplied
     with input_precision="ieee", because the interpreter multiplies the raw bits of bf16 dots. It is
     exact for these operands, but it is NOT what runs on a GPU and tests that use it are not GPU
@@ -69,7 +69,7 @@ import triton
 import triton.language as tl
 
 from ._fp8 import e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16, e8m0_to_f32
-from ._pdl import PF_LINES, enter, prefetch_rows_l2
+from ._pdl import enter, leave
 from ._wgmma import wait_all
 
 # Mirrors of kernels_triton._gemm_layouts (Triton constexpr globals; the enums there are the source).
@@ -225,30 +225,16 @@ def _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB: tl.constex
     tl.store(ptrs, out, mask=mask)
 
 
-@triton.jit
-def _enter_chain(wpf_ptr, rows_n, stride_wn, kt_lo, kt_hi, K, pf_bytes, pf_programs,
-                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    """PDL (kernels_triton._pdl): the first wave asks L2 for the first pf_bytes of its weight rows' K range, then
-    every program waits for the previous kernel and lets the next one launch. Nothing before this reads or
-    writes anything but L2 lines of the weight."""
-    if PDL:
-        first_wave = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0) < pf_programs
-        prefetch_rows_l2(wpf_ptr, rows_n, stride_wn, kt_lo * BLOCK_K, tl.minimum(kt_hi * BLOCK_K, K), pf_bytes,
-                         first_wave, PF_LINES)
-    enter(PDL)
-
-
-# SPLIT_K is a runtime count (a value of 1 must not become a specialized constant: one variant per SPLIT); so are
-# the PDL prefetch's byte and program counts.
-@triton.jit(do_not_specialize=["SPLIT_K", "pf_bytes", "pf_programs"])
+# SPLIT_K is a runtime count (a value of 1 must not become a specialized constant: one variant per SPLIT).
+@triton.jit(do_not_specialize=["SPLIT_K"])
 def _w8a16_gemm_kernel(
-    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr, wpf_ptr,
-    M, N, K, SPLIT_K, pf_bytes, pf_programs,
+    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr,
+    M, N, K, SPLIT_K,
     stride_xm, stride_wn, stride_ym, stride_ws,
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
     DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = False,
+    FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -259,8 +245,7 @@ def _w8a16_gemm_kernel(
     zero-filled out of bounds); otherwise plain pointers.
     SPLIT: this program reduces only its split's K tiles and stores an fp32 partial to part_ptr (module
     docstring); y_ptr and bias are then written by the reduction.
-    PDL: launched programmatically (kernels_triton._pdl); wpf_ptr is the weight codes as a plain pointer (for
-    the L2 prefetch, also under TMA), pf_bytes / pf_programs its extent (_gemm_launch._chain_args).
+    PDL: the programmatic-launch mode (kernels_triton._pdl; 0 = a plain launch).
     """
     if USE_TMA:
         DTYPE: tl.constexpr = x_ptr.dtype
@@ -268,7 +253,7 @@ def _w8a16_gemm_kernel(
         DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
-    _enter_chain(wpf_ptr, rows_n, stride_wn, kt_lo, kt_hi, K, pf_bytes, pf_programs, BLOCK_K, PDL)
+    enter(PDL)
     x_src, w_src = _k_tile_sources(x_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if WSCALE == _W_MX32:
         ws_row = ws_ptr + rows_n.to(tl.int64) * stride_ws
@@ -318,6 +303,7 @@ def _w8a16_gemm_kernel(
         if not USE_TMA:
             x_src += BLOCK_K
             w_src += BLOCK_K
+    leave(PDL)
 
     if WSCALE == _W_TENSOR:
         acc = acc * tl.load(ws_ptr)
@@ -331,15 +317,15 @@ def _w8a16_gemm_kernel(
         _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, SWAP_AB)
 
 
-@triton.jit(do_not_specialize=["SPLIT_K", "pf_bytes", "pf_programs"])
+@triton.jit(do_not_specialize=["SPLIT_K"])
 def _w8a8_gemm_kernel(
-    xq_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr, wpf_ptr,
-    M, N, K, SPLIT_K, pf_bytes, pf_programs,
+    xq_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr, part_ptr,
+    M, N, K, SPLIT_K,
     stride_xm, stride_wn, stride_ym, stride_xs, stride_ws,
     SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = 0,
 ):
     """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -347,12 +333,11 @@ def _w8a8_gemm_kernel(
     GROUP_BLOCK: xs [M, cdiv(K,128)] (row stride stride_xs), ws [cdiv(N,128), cdiv(K,128)] (stride_ws).
     USE_TMA: xq_ptr / w_ptr are host tensor descriptors with [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]
     blocks (sm_90 TMA bulk copies; out-of-bounds rows and the K tail are zero-filled by the hardware, so
-    no masks); otherwise plain pointers. SPLIT: split-K partials as in the W8A16 kernel. PDL, wpf_ptr,
-    pf_bytes, pf_programs: as in the W8A16 kernel.
+    no masks); otherwise plain pointers. SPLIT: split-K partials as in the W8A16 kernel. PDL: as there.
     """
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
-    _enter_chain(wpf_ptr, rows_n, stride_wn, kt_lo, kt_hi, K, pf_bytes, pf_programs, BLOCK_K, PDL)
+    enter(PDL)
     x_src, w_src = _k_tile_sources(xq_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if SCALES == _A8_GROUP_BLOCK:
         xs_row = xs_ptr + rows_m.to(tl.int64) * stride_xs
@@ -385,6 +370,7 @@ def _w8a8_gemm_kernel(
         if not USE_TMA:
             x_src += BLOCK_K
             w_src += BLOCK_K
+    leave(PDL)
 
     if SCALES == _A8_TENSOR_TENSOR:
         acc = acc * (tl.load(xs_ptr) * tl.load(ws_ptr))

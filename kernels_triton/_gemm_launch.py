@@ -18,7 +18,7 @@ from dispatch.target import detect
 from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
 from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
-from ._pdl import launch_options, pdl_launch, prefetch_bytes
+from ._pdl import launch_options, pdl_mode
 
 X_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -140,18 +140,6 @@ def _grid(m: int, n: int, cfg: GemmConfig, split: int) -> tuple[int, int]:
     return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), split)
 
 
-def _chain_args(device: torch.device, grid: tuple[int, int], k: int, cfg: GemmConfig, split: int):
-    """(pdl, pf_bytes, pf_programs): whether this launch is programmatic (kernels_triton._pdl) and how much of its
-    weight rows the first wave prefetches into L2 before its wait. Shapes and the SM count only."""
-    pdl = pdl_launch(device)
-    if not pdl:
-        return False, 0, 0
-    sms = _sms(device)
-    programs = grid[0] * grid[1]
-    k_per_program = triton.cdiv(triton.cdiv(k, cfg.block_k), split) * cfg.block_k
-    return True, prefetch_bytes(programs, sms, cfg.block_n, k_per_program), min(programs, sms)
-
-
 def _outputs(m: int, n: int, split: int, out_dtype: torch.dtype, device: torch.device):
     """(y, the split-K workspace or y itself when there is no split)."""
     y = torch.empty((m, n), dtype=out_dtype, device=device)
@@ -159,7 +147,7 @@ def _outputs(m: int, n: int, split: int, out_dtype: torch.dtype, device: torch.d
     return y, part
 
 
-def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, split: int, pdl: bool) -> None:
+def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, split: int, pdl: int) -> None:
     """y = sum of the split-K partials in split order (+ bias), cast: the GEMV's deterministic reduction."""
     if split == 1:
         return
@@ -192,14 +180,12 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     split = _split(x, m, n, k, config)
     y, part = _outputs(m, n, split, out_dtype, x.device)
     ws, stride_ws = _weight_scale_args(qw)
-    w_codes = codes_view(qw.qdata, hw_fp8)
-    xa, wa, use_tma = _operands(x, w_codes, config)
+    xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
     mx_prescale = wscale is WScale.MX32 and not fp16_x
-    grid = _grid(m, n, config, split)
-    pdl, pf_bytes, pf_programs = _chain_args(x.device, grid, k, config, split)
-    _w8a16_gemm_kernel[grid](
-        xa, wa, ws, bias if bias is not None else y, y, part, w_codes,
-        m, n, k, split, pf_bytes, pf_programs,
+    pdl = pdl_mode(x.device)
+    _w8a16_gemm_kernel[_grid(m, n, config, split)](
+        xa, wa, ws, bias if bias is not None else y, y, part,
+        m, n, k, split,
         x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
         WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=bias is not None,
         HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
@@ -257,13 +243,11 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     ws, stride_ws = _weight_scale_args(qw)
     split = _split(xq, m, n, k, config)
     y, part = _outputs(m, n, split, out_dtype, xq.device)
-    w_codes = codes_view(qw.qdata, hw_fp8)
-    xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), w_codes, config)
-    grid = _grid(m, n, config, split)
-    pdl, pf_bytes, pf_programs = _chain_args(xq.device, grid, k, config, split)
-    _w8a8_gemm_kernel[grid](
-        xa, xs_t, wa, ws, bias if bias is not None else y, y, part, w_codes,
-        m, n, k, split, pf_bytes, pf_programs,
+    xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8), config)
+    pdl = pdl_mode(xq.device)
+    _w8a8_gemm_kernel[_grid(m, n, config, split)](
+        xa, xs_t, wa, ws, bias if bias is not None else y, y, part,
+        m, n, k, split,
         xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws,
         SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
         SPLIT=split > 1,

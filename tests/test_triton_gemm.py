@@ -154,35 +154,33 @@ def test_aot_sm90_fp8_dot_promotes_to_fp32_per_k_tile(kernel):
 
 
 def test_aot_programmatic_launch_only_on_sm90():
-    """kernels_triton._pdl: on sm_90 the GEMMs wait for the previous grid once and trigger the next one, after L2
-    prefetches of the weight (before the K loop: nothing of the loop waits); sm_89 / sm_80 have no griddepcontrol
-    and compile none of it."""
+    """kernels_triton._pdl: on sm_90 the GEMMs wait for the previous grid once, before any load, and trigger the next
+    launch once (EARLY: right after the wait, before the first wgmma); sm_89 / sm_80 have no griddepcontrol and
+    compile none of it."""
+    from kernels_triton import _pdl
+    if _pdl.target_mode(Target.simulated_for("sm_90")) != _pdl.EARLY:
+        pytest.skip("FP8DISPATCH_PDL=0")
     for kernel in ("w8a16_gemm[row,bf16,swap_ab,tma]", "w8a8_gemm[group_block]"):
         ptx = _compile("sm_90", kernel).asm["ptx"]
         assert ptx.count("griddepcontrol.wait") == 1 and ptx.count("griddepcontrol.launch_dependents") == 1, kernel
-        assert "prefetch.global.L2" in ptx, kernel
-        assert ptx.index("prefetch.global.L2") < ptx.index("griddepcontrol.wait"), kernel
+        first_load = min(i for i in (ptx.find("cp.async"), ptx.find("ld.global")) if i >= 0)
+        assert ptx.index("griddepcontrol.wait") < first_load, kernel
         assert ptx.index("griddepcontrol.launch_dependents") < ptx.index("wgmma.mma_async"), kernel
     for arch in ("sm_89", "sm_80"):
-        ptx = _compile(arch, "w8a8_gemm[group_block]").asm["ptx"]
-        assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, arch
+        assert "griddepcontrol" not in _compile(arch, "w8a8_gemm[group_block]").asm["ptx"], arch
 
 
-def test_pdl_prefetch_budget_rule():
-    """The first wave's prefetch: the program's whole K range while it fits the budget, then the budget shared by
-    the wave's programs, in whole 128-byte lines; 0 when less than a line a row is left."""
+def test_pdl_modes_and_switch():
+    """Programmatic launches only on CUDA sm_90+ and only with Triton's launch_pdl key (ROCm's Triton rejects it);
+    one FP8DISPATCH_PDL switch for both backends."""
     from kernels_triton import _pdl
-    budget = _pdl.PREFETCH_BUDGET
-    assert _pdl.prefetch_bytes(64, 132, 64, 1024) == 1024  # 64 programs x 64 rows x 1 KB = 4 MB <= budget
-    assert _pdl.prefetch_bytes(512, 132, 128, 4096) == budget // (132 * 128) // 128 * 128
-    assert _pdl.prefetch_bytes(10_000, 132, 256, 1 << 20) % 128 == 0
-    assert _pdl.prefetch_bytes(10_000, 132, 1 << 20, 4096) == 0
-    assert _pdl.launch_options(False) == {} and _pdl.launch_options(True) == {"launch_pdl": True}
-    assert not _pdl.pdl_launch(torch.device("cpu"))
-    assert not _pdl.pdl_target(Target.simulated_for("sm_89")) and not _pdl.pdl_target(Target.simulated_for("gfx1201"))
-    assert _pdl.pdl_target(Target.simulated_for("sm_90")) is _pdl.ENABLED
+    assert _pdl.launch_options(_pdl.OFF) == {} and _pdl.launch_options(_pdl.EARLY) == {"launch_pdl": True}
+    assert _pdl.pdl_mode(torch.device("cpu")) == _pdl.OFF
+    for arch in ("sm_80", "sm_89", "gfx1201"):
+        assert _pdl.target_mode(Target.simulated_for(arch)) == _pdl.OFF, arch
+    assert _pdl.target_mode(Target.simulated_for("sm_90")) == (_pdl.MODE if _pdl.ENABLED else _pdl.OFF)
     launch = pytest.importorskip("kernels_cuda._launch")
-    assert launch.PDL_ENV == _pdl.PDL_ENV  # one switch for both backends
+    assert launch.PDL_ENV == _pdl.PDL_ENV
 
 
 def test_swap_ab_rejected_with_per_tile_scales():

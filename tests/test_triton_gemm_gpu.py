@@ -298,17 +298,19 @@ def test_programmatic_launch_chain_is_exact(monkeypatch):
         ref = chain(x0)
         assert all(torch.isfinite(y).all() for y in ref)
         monkeypatch.setattr(_pdl, "ENABLED", True)
-        for i, (a, b) in enumerate(zip(ref, chain(x0))):
-            assert torch.equal(a, b), f"M={m} output {i} differs with programmatic launches (eager)"
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = chain(x0)
-        for _ in range(3):
-            graph.replay()
+        for mode in (_pdl.EARLY, _pdl.LATE, _pdl.EXIT):
+            monkeypatch.setattr(_pdl, "MODE", mode)
+            for i, (a, b) in enumerate(zip(ref, chain(x0))):
+                assert torch.equal(a, b), f"M={m} mode {mode} output {i} differs with programmatic launches (eager)"
             torch.cuda.synchronize()
-            for i, (a, b) in enumerate(zip(ref, outs)):
-                assert torch.equal(a, b), f"M={m} graph output {i} differs with programmatic launches"
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = chain(x0)
+            for _ in range(3):
+                graph.replay()
+                torch.cuda.synchronize()
+                for i, (a, b) in enumerate(zip(ref, outs)):
+                    assert torch.equal(a, b), f"M={m} mode {mode} graph output {i} differs with programmatic launches"
     assert _compiled_pdl_flags(_gemm._w8a16_gemm_kernel) == {False, True}
     assert _compiled_pdl_flags(_gemm._w8a8_gemm_kernel) == {False, True}
 

@@ -3,9 +3,9 @@
     python -m tools.perf.ab_pdl --m 64,256 [--shapes 4096x4096,...] [--rounds 2] [--out ab.jsonl]
 
 Per cell (format/act x shape x M): the Triton GEMM of that format/act with the shipped table's config where a Triton
-GEMM holds the key, else with its default config, timed with PDL off, on without the weight prefetch
-(PREFETCH_BUDGET = 0: wait and trigger only) and on as shipped; the table's own route (whatever it is) and bf16
-F.linear in the same process. The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
+GEMM holds the key, else with its default config, timed with PDL off and in each mode (EARLY, LATE, EXIT: where the
+kernels let the next launch start); W8A8 also EARLY with a plainly launched activation quantizer; the table's own
+route (whatever it is) and bf16 F.linear in the same process. The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
 replay over weight copies rotating through > 3.3x L2, median. W8A8 times include the activation quantizer. The
 variants alternate within a round, rounds repeat the order reversed. A line per cell and round, a JSON line per
 cell in --out."""
@@ -22,12 +22,13 @@ TRITON_GEMMS = {"bf16": "triton.w8a16_gemm", "fp8": "triton.w8a8_gemm"}
 
 
 def variants(w8a8: bool) -> dict:
-    """name -> (kernels_triton._pdl.ENABLED, PREFETCH_BUDGET, the activation quantizer launched programmatically)
-    of each timed variant; W8A8 also times PDL on with a plainly launched quantizer ("on_aq_plain")."""
+    """name -> (kernels_triton._pdl.ENABLED, MODE, the activation quantizer launched programmatically) of each timed
+    variant."""
     from kernels_triton import _pdl
-    v = {"off": (False, _pdl.PREFETCH_BUDGET, False), "wait": (True, 0, True), "on": (True, _pdl.PREFETCH_BUDGET, True)}
+    v = {"off": (False, _pdl.EARLY, False), "early": (True, _pdl.EARLY, True), "late": (True, _pdl.LATE, True),
+         "exit": (True, _pdl.EXIT, True)}
     if w8a8:
-        v["on_aq_plain"] = (True, _pdl.PREFETCH_BUDGET, False)
+        v["early_aq_plain"] = (True, _pdl.EARLY, False)
     return v
 
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
     cands = {c.id: c for c in registry.candidates()}
     tgt = detect(torch.device("cuda"))
-    saved = (_pdl.ENABLED, _pdl.PREFETCH_BUDGET)
+    saved = (_pdl.ENABLED, _pdl.MODE)
     out = open(a.out, "a") if a.out else None
     warm_gpu(1.0)
     for shape in a.shapes.split(","):
@@ -86,13 +87,13 @@ def main(argv: list[str] | None = None) -> None:
                 bf16_us: list[float] = []
                 for r in range(a.rounds):
                     order = list(vs.items())
-                    for name, (on, budget, aq) in (order if r % 2 == 0 else order[::-1]):
-                        _pdl.ENABLED, _pdl.PREFETCH_BUDGET = on, budget
-                        _act_quant.pdl_launch = _pdl.pdl_launch if aq else (lambda device: False)
+                    for name, (on, mode, aq) in (order if r % 2 == 0 else order[::-1]):
+                        _pdl.ENABLED, _pdl.MODE = on, mode
+                        _act_quant.pdl_mode = _pdl.pdl_mode if aq else (lambda device: _pdl.OFF)
                         call, nc = route.make(ctx)
                         times[name].append(timer.time(call, nc, policy).best_us)
-                    _pdl.ENABLED, _pdl.PREFETCH_BUDGET = saved
-                    _act_quant.pdl_launch = _pdl.pdl_launch
+                    _pdl.ENABLED, _pdl.MODE = saved
+                    _act_quant.pdl_mode = _pdl.pdl_mode
                     if entry is not None and entry.impl in cands and entry.impl != gemm.id:
                         c = cands[entry.impl]
                         call, nc = candidate_route(c, c.config_type.from_dict(dict(entry.config)), c.id).make(ctx)
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             del ws
             torch.cuda.empty_cache()
         del bw
-    _pdl.ENABLED, _pdl.PREFETCH_BUDGET = saved
+    _pdl.ENABLED, _pdl.MODE = saved
 
 
 if __name__ == "__main__":
