@@ -33,10 +33,9 @@ Shared structure:
   - WGMMA_DRAIN (W8A16, a constexpr; wgmma targets): `_wgmma.wait_all` at the top of each K step. ptxas before
     CUDA 13.3 re-uses the registers of wgmmas still in flight (triton-lang/triton PR 11781), which gave
     non-finite outputs on the H200; dispatch.isa.wgmma_register_hazards finds such writes in the SASS.
-  - PDL (a constexpr; CUDA sm_90+): programmatic dependent launch (kernels_triton._pdl): the kernel may start
-    before the previous one (its activation quantizer, the previous layer) has finished, waits for it before
-    touching memory, and lets the next kernel launch; the split-K reduction and the activation quantizers of the
-    chain do the same.
+  - PDL (a constexpr; CUDA sm_90+): programmatic dependent launch (kernels_triton._pdl): the kernel is scheduled
+    while the previous one (its activation quantizer, the previous layer) finishes and waits for it before
+    touching memory; the split-K reduction does the same.
   - DOT_F32 (a constexpr) is the CPU-interpreter path ONLY: operands are widened to fp32 and multiplied
     with input_precision="ieee", because the interpreter multiplies the raw bits of bf16 dots. It is
     exact for these operands, but it is NOT what runs on a GPU and tests that use it are not GPU
@@ -69,7 +68,7 @@ import triton
 import triton.language as tl
 
 from ._fp8 import e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16, e8m0_to_f32
-from ._pdl import enter, leave
+from ._pdl import enter
 from ._wgmma import wait_all
 
 # Mirrors of kernels_triton._gemm_layouts (Triton constexpr globals; the enums there are the source).
@@ -234,7 +233,7 @@ def _w8a16_gemm_kernel(
     WSCALE: tl.constexpr, MX_PRESCALE: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr,
     DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = 0,
+    FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -245,7 +244,7 @@ def _w8a16_gemm_kernel(
     zero-filled out of bounds); otherwise plain pointers.
     SPLIT: this program reduces only its split's K tiles and stores an fp32 partial to part_ptr (module
     docstring); y_ptr and bias are then written by the reduction.
-    PDL: the programmatic-launch mode (kernels_triton._pdl; 0 = a plain launch).
+    PDL: launched programmatically (kernels_triton._pdl): waits for the previous kernel before touching memory.
     """
     if USE_TMA:
         DTYPE: tl.constexpr = x_ptr.dtype
@@ -303,7 +302,6 @@ def _w8a16_gemm_kernel(
         if not USE_TMA:
             x_src += BLOCK_K
             w_src += BLOCK_K
-    leave(PDL)
 
     if WSCALE == _W_TENSOR:
         acc = acc * tl.load(ws_ptr)
@@ -325,7 +323,7 @@ def _w8a8_gemm_kernel(
     SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PDL: tl.constexpr = 0,
+    PDL: tl.constexpr = False,
 ):
     """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -370,7 +368,6 @@ def _w8a8_gemm_kernel(
         if not USE_TMA:
             x_src += BLOCK_K
             w_src += BLOCK_K
-    leave(PDL)
 
     if SCALES == _A8_TENSOR_TENSOR:
         acc = acc * (tl.load(xs_ptr) * tl.load(ws_ptr))

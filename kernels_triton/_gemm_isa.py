@@ -12,7 +12,7 @@ from dispatch.target import Target
 
 from ._gemm_config import GemmConfig, w8a8_configs, w8a16_configs
 from ._gemm_layouts import A8Scales, WScale
-from ._pdl import target_mode
+from ._pdl import pdl_target
 from .isa import ISA_TARGETS, IsaVariant, compile_variant, variant
 
 __all__ = ["compile_variant", "gemm_isa_variants"]
@@ -48,7 +48,7 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> I
           "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
           # as the launcher decides (_gemm_launch.fast_bf16_decode): NVIDIA targets, bf16 x, codes decoded alone
           "FAST_BF16": target.arch.startswith("sm_") and x == "bf16",
-          "WGMMA_DRAIN": target.has_wgmma, "PDL": target_mode(target)}
+          "WGMMA_DRAIN": target.has_wgmma, "PDL": pdl_target(target)}
     name = (f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}"
             f"{',splitk' if cfg.split_k != 1 else ''}]")
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.
@@ -65,7 +65,7 @@ def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> IsaVaria
            "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32", "stride_xs": "i32", "stride_ws": "i32"}
     cx = {"SCALES": int(scales), "HAS_BIAS": False, "HW_FP8": code == "fp8e4nv", "DOT_F32": False,
           "USE_TMA": cfg.tma, "SPLIT": cfg.split_k != 1, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
-          "GROUP_M": cfg.group_m, "PDL": target_mode(target)}
+          "GROUP_M": cfg.group_m, "PDL": pdl_target(target)}
     name = f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}{',splitk' if cfg.split_k != 1 else ''}]"
     return variant(name, target, _w8a8_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages, _ALIGNED_INTS)
 

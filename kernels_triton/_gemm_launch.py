@@ -18,7 +18,7 @@ from dispatch.target import detect
 from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
 from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
-from ._pdl import launch_options, pdl_mode
+from ._pdl import launch_options, pdl_launch
 
 X_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -123,17 +123,15 @@ def _operands(x: torch.Tensor, w: torch.Tensor, cfg: GemmConfig):
     return x, w, False
 
 
-def _sms(device: torch.device) -> int:
-    if device.type == "cpu":  # interpreter: a small pretend GPU, so auto split-K is exercised
-        return 8
-    from ._gemv import _sm_count
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def _split(x: torch.Tensor, m: int, n: int, k: int, cfg: GemmConfig) -> int:
     if cfg.split_k == 1:
         return 1
-    return cfg.split_for(m, n, k, _sms(x.device))
+    if x.device.type == "cpu":  # interpreter: a small pretend GPU, so auto split-K is exercised
+        sms = 8
+    else:
+        from ._gemv import _sm_count
+        sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    return cfg.split_for(m, n, k, sms)
 
 
 def _grid(m: int, n: int, cfg: GemmConfig, split: int) -> tuple[int, int]:
@@ -147,7 +145,7 @@ def _outputs(m: int, n: int, split: int, out_dtype: torch.dtype, device: torch.d
     return y, part
 
 
-def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, split: int, pdl: int) -> None:
+def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, split: int, pdl: bool) -> None:
     """y = sum of the split-K partials in split order (+ bias), cast: the GEMV's deterministic reduction."""
     if split == 1:
         return
@@ -182,7 +180,7 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     ws, stride_ws = _weight_scale_args(qw)
     xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
     mx_prescale = wscale is WScale.MX32 and not fp16_x
-    pdl = pdl_mode(x.device)
+    pdl = pdl_launch(x.device)
     _w8a16_gemm_kernel[_grid(m, n, config, split)](
         xa, wa, ws, bias if bias is not None else y, y, part,
         m, n, k, split,
@@ -244,7 +242,7 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     split = _split(xq, m, n, k, config)
     y, part = _outputs(m, n, split, out_dtype, xq.device)
     xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8), config)
-    pdl = pdl_mode(xq.device)
+    pdl = pdl_launch(xq.device)
     _w8a8_gemm_kernel[_grid(m, n, config, split)](
         xa, xs_t, wa, ws, bias if bias is not None else y, y, part,
         m, n, k, split,

@@ -6,14 +6,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._pdl import enter, leave
+from ._pdl import enter
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def splitk_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
-                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
+                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """out[m, n] = sum_s part[s, m, n] (+ bias[n]), summed in split order: deterministic. PDL: launched
-    programmatically after the GEMM that wrote the partials (kernels_triton._pdl mode; 0 = plain)."""
+    programmatically after the GEMM that wrote the partials (kernels_triton._pdl)."""
     enter(PDL)
     pid_m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -24,4 +24,3 @@ def splitk_reduce(part_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + pid_m * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=ok)
-    leave(PDL)

@@ -127,10 +127,8 @@ def _act_quant_variants(arch: str) -> list[IsaVariant]:
 
     t, hw, cvt = _fp8_path(arch)
     # the launcher's own plans for a bf16 [4096, 4096] input (plus the long-row loop and the one-program kernel)
-    from ._pdl import target_mode
-
     return [variant(name, t, fn, sig, cx, warps, 1, ints)
-            for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(hw, cvt, pdl=target_mode(t))]
+            for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(hw, cvt)]
 
 
 def _gemm_variants(targets: tuple[str, ...]) -> list[IsaVariant]:

@@ -154,31 +154,29 @@ def test_aot_sm90_fp8_dot_promotes_to_fp32_per_k_tile(kernel):
 
 
 def test_aot_programmatic_launch_only_on_sm90():
-    """kernels_triton._pdl: on sm_90 the GEMMs wait for the previous grid once, before any load, and trigger the next
-    launch once (EARLY: right after the wait, before the first wgmma); sm_89 / sm_80 have no griddepcontrol and
-    compile none of it."""
+    """kernels_triton._pdl: on sm_90 the GEMMs wait for the previous grid once, before their first load, and never
+    trigger the next launch early (measured slower); sm_89 / sm_80 have no griddepcontrol and compile none of it."""
     from kernels_triton import _pdl
-    if _pdl.target_mode(Target.simulated_for("sm_90")) != _pdl.EARLY:
+    if not _pdl.pdl_target(Target.simulated_for("sm_90")):
         pytest.skip("FP8DISPATCH_PDL=0")
-    for kernel in ("w8a16_gemm[row,bf16,swap_ab,tma]", "w8a8_gemm[group_block]"):
+    for kernel in ("w8a16_gemm[row,bf16,swap_ab,tma]", "w8a8_gemm[group_block]", "w8a16_gemm[mx32,bf16,swap_ab]"):
         ptx = _compile("sm_90", kernel).asm["ptx"]
-        assert ptx.count("griddepcontrol.wait") == 1 and ptx.count("griddepcontrol.launch_dependents") == 1, kernel
+        assert ptx.count("griddepcontrol.wait") == 1 and "launch_dependents" not in ptx, kernel
         first_load = min(i for i in (ptx.find("cp.async"), ptx.find("ld.global")) if i >= 0)
         assert ptx.index("griddepcontrol.wait") < first_load, kernel
-        assert ptx.index("griddepcontrol.launch_dependents") < ptx.index("wgmma.mma_async"), kernel
     for arch in ("sm_89", "sm_80"):
         assert "griddepcontrol" not in _compile(arch, "w8a8_gemm[group_block]").asm["ptx"], arch
 
 
-def test_pdl_modes_and_switch():
+def test_pdl_only_on_cuda_sm90_with_one_switch():
     """Programmatic launches only on CUDA sm_90+ and only with Triton's launch_pdl key (ROCm's Triton rejects it);
     one FP8DISPATCH_PDL switch for both backends."""
     from kernels_triton import _pdl
-    assert _pdl.launch_options(_pdl.OFF) == {} and _pdl.launch_options(_pdl.EARLY) == {"launch_pdl": True}
-    assert _pdl.pdl_mode(torch.device("cpu")) == _pdl.OFF
+    assert _pdl.launch_options(False) == {} and _pdl.launch_options(True) == {"launch_pdl": True}
+    assert not _pdl.pdl_launch(torch.device("cpu"))
     for arch in ("sm_80", "sm_89", "gfx1201"):
-        assert _pdl.target_mode(Target.simulated_for(arch)) == _pdl.OFF, arch
-    assert _pdl.target_mode(Target.simulated_for("sm_90")) == (_pdl.MODE if _pdl.ENABLED else _pdl.OFF)
+        assert not _pdl.pdl_target(Target.simulated_for(arch)), arch
+    assert _pdl.pdl_target(Target.simulated_for("sm_90")) is _pdl.ENABLED
     launch = pytest.importorskip("kernels_cuda._launch")
     assert launch.PDL_ENV == _pdl.PDL_ENV
 

@@ -258,8 +258,8 @@ def test_programmatic_launch_chain_is_exact(monkeypatch):
     """Each GEMM consumes the previous one's output (W8A16 GEMM with split-K -> act quant -> W8A8 GEMM -> ...),
     the pattern where a missing griddepcontrol.wait reads stale data or a write races the previous kernel. With
     programmatic dependent launch (kernels_triton._pdl; sm_90+) the outputs must be bit-identical to plain
-    launches, eager and in graph replays (every kernel of the chain is deterministic), and the kernels must
-    really have been launched programmatically."""
+    launches, eager and in graph replays (every kernel of the chain is deterministic), and the GEMMs must really
+    have been launched programmatically."""
     from kernels_triton import _gemm, _pdl
     from kernels_triton._gemm_config import GemmConfig
 
@@ -298,19 +298,17 @@ def test_programmatic_launch_chain_is_exact(monkeypatch):
         ref = chain(x0)
         assert all(torch.isfinite(y).all() for y in ref)
         monkeypatch.setattr(_pdl, "ENABLED", True)
-        for mode in (_pdl.EARLY, _pdl.LATE, _pdl.EXIT):
-            monkeypatch.setattr(_pdl, "MODE", mode)
-            for i, (a, b) in enumerate(zip(ref, chain(x0))):
-                assert torch.equal(a, b), f"M={m} mode {mode} output {i} differs with programmatic launches (eager)"
+        for i, (a, b) in enumerate(zip(ref, chain(x0))):
+            assert torch.equal(a, b), f"M={m} output {i} differs with programmatic launches (eager)"
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = chain(x0)
+        for _ in range(3):
+            graph.replay()
             torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outs = chain(x0)
-            for _ in range(3):
-                graph.replay()
-                torch.cuda.synchronize()
-                for i, (a, b) in enumerate(zip(ref, outs)):
-                    assert torch.equal(a, b), f"M={m} mode {mode} graph output {i} differs with programmatic launches"
+            for i, (a, b) in enumerate(zip(ref, outs)):
+                assert torch.equal(a, b), f"M={m} graph output {i} differs with programmatic launches"
     assert _compiled_pdl_flags(_gemm._w8a16_gemm_kernel) == {False, True}
     assert _compiled_pdl_flags(_gemm._w8a8_gemm_kernel) == {False, True}
 

@@ -3,9 +3,10 @@
     python -m tools.perf.ab_pdl --m 64,256 [--shapes 4096x4096,...] [--rounds 2] [--out ab.jsonl]
 
 Per cell (format/act x shape x M): the Triton GEMM of that format/act with the shipped table's config where a Triton
-GEMM holds the key, else with its default config, timed with PDL off and in each mode (EARLY, LATE, EXIT: where the
-kernels let the next launch start); W8A8 also EARLY with a plainly launched activation quantizer; the table's own
-route (whatever it is) and bf16 F.linear in the same process. The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
+GEMM holds the key, else with its default config, timed with PDL off and on; the table's own route (whatever it is)
+and bf16 F.linear in the same process. (Session 13 also timed here, on code since removed: an L2 prefetch of the
+weight before the wait, triggering the next launch early or after the main loop, and a programmatic activation
+quantizer; docs/perf/h200_pdl_2026-11-30_s13.md.) The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
 replay over weight copies rotating through > 3.3x L2, median. W8A8 times include the activation quantizer. The
 variants alternate within a round, rounds repeat the order reversed. A line per cell and round, a JSON line per
 cell in --out."""
@@ -21,15 +22,7 @@ FORMATS = ("fp8_row/bf16", "mxfp8/bf16", "fp8_block/fp8", "fp8_tensor/fp8", "fp8
 TRITON_GEMMS = {"bf16": "triton.w8a16_gemm", "fp8": "triton.w8a8_gemm"}
 
 
-def variants(w8a8: bool) -> dict:
-    """name -> (kernels_triton._pdl.ENABLED, MODE, the activation quantizer launched programmatically) of each timed
-    variant."""
-    from kernels_triton import _pdl
-    v = {"off": (False, _pdl.EARLY, False), "early": (True, _pdl.EARLY, True), "late": (True, _pdl.LATE, True),
-         "exit": (True, _pdl.EXIT, True)}
-    if w8a8:
-        v["early_aq_plain"] = (True, _pdl.EARLY, False)
-    return v
+VARIANTS = {"off": False, "on": True}  # name -> kernels_triton._pdl.ENABLED
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     from dispatch.tables import load_table
     from dispatch.target import detect
     from dispatch.weight_quant import quantize
-    from kernels_triton import _act_quant, _pdl
+    from kernels_triton import _pdl
     from tools.perf.routes import RouteCtx, candidate_route
     from tools.perf.timing import CudaTimer, RotationPolicy, TimingPolicy, l2_bytes, warm_gpu
     from tools.perf.workload import bf16_copies, build_weight_set, make_weight
@@ -60,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
     cands = {c.id: c for c in registry.candidates()}
     tgt = detect(torch.device("cuda"))
-    saved = (_pdl.ENABLED, _pdl.MODE)
+    saved = _pdl.ENABLED
     out = open(a.out, "a") if a.out else None
     warm_gpu(1.0)
     for shape in a.shapes.split(","):
@@ -81,19 +74,16 @@ def main(argv: list[str] | None = None) -> None:
                 else:
                     cfg, src = gemm.default_config(Problem(fmt, act, m, n, k), tgt), "default"
                 route = candidate_route(gemm, cfg, gemm.id)
-                vs = variants(act is Act.FP8)
-                times: dict[str, list[float]] = {v: [] for v in vs}
+                times: dict[str, list[float]] = {v: [] for v in VARIANTS}
                 table_us: list[float] = []
                 bf16_us: list[float] = []
                 for r in range(a.rounds):
-                    order = list(vs.items())
-                    for name, (on, mode, aq) in (order if r % 2 == 0 else order[::-1]):
-                        _pdl.ENABLED, _pdl.MODE = on, mode
-                        _act_quant.pdl_mode = _pdl.pdl_mode if aq else (lambda device: _pdl.OFF)
+                    order = list(VARIANTS.items())
+                    for name, on in (order if r % 2 == 0 else order[::-1]):
+                        _pdl.ENABLED = on
                         call, nc = route.make(ctx)
                         times[name].append(timer.time(call, nc, policy).best_us)
-                    _pdl.ENABLED, _pdl.MODE = saved
-                    _act_quant.pdl_mode = _pdl.pdl_mode
+                    _pdl.ENABLED = saved
                     if entry is not None and entry.impl in cands and entry.impl != gemm.id:
                         c = cands[entry.impl]
                         call, nc = candidate_route(c, c.config_type.from_dict(dict(entry.config)), c.id).make(ctx)
@@ -115,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             del ws
             torch.cuda.empty_cache()
         del bw
-    _pdl.ENABLED, _pdl.MODE = saved
+    _pdl.ENABLED = saved
 
 
 if __name__ == "__main__":
