@@ -27,6 +27,8 @@ CANDIDATES_S9 = REPO / "docs/perf/h200_candidates_2026-11-29_s9.json"
 CANDIDATES_S10 = REPO / "docs/perf/h200_candidates_2026-11-30_s10.json"
 # Session 12 added fixed split-K configs to the W8A16 GEMM space at M <= 64 and re-tuned the same 112 cells.
 CANDIDATES_S12 = REPO / "docs/perf/h200_candidates_2026-11-30_s12.json"
+# Session 13 made the Triton GEMMs programmatic dependent launches on sm_90 and re-tuned the same 112 cells.
+CANDIDATES_S13 = REPO / "docs/perf/h200_candidates_2026-11-30_s13.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -43,11 +45,12 @@ def _current_candidates() -> dict:
         return (e["format"], e["act"], e["n"], e["k"], e["m"])
 
     cells = json.loads(CANDIDATES.read_text())["main"]
-    for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112), (CANDIDATES_S12, 112)):  # later measurements replace earlier ones
+    for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112), (CANDIDATES_S12, 112),
+                        (CANDIDATES_S13, 112)):  # later measurements replace earlier ones
         newer = {key(e): e for e in json.loads(path.read_text())["main"]}
         assert sum(key(e) in newer for e in cells) == len(newer) == count, path
         cells = [newer.get(key(e), e) for e in cells]
-    same_code = {key(e) for e in json.loads(CANDIDATES_S12.read_text())["main"]}
+    same_code = {key(e) for e in json.loads(CANDIDATES_S13.read_text())["main"]}
     for path, routes, count in ((TRITON_GEMV_S11, _GEMVS, 120), (TRITON_GEMM_DECODE_S12, _GEMMS, 120)):
         newer = {}
         for e in json.loads(path.read_text())["main"]:
@@ -71,7 +74,8 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     GEMM's prior, 266 before session 11 modelled the dequantize routes' passes as serial, 267 after). Session 12's
     re-measurement (its table changes no count on the older data) added one miss to both, fp8_block/fp8 28672x4096
     M = 16 (the CUDA GEMV against the Triton GEMM, now timed 1.19x faster than the GEMV there): 269 and 266, then
-    270 and 268 after it refit the Triton GEMMs' memory-bound priors (dispatch/heuristic.py).
+    270 and 268 after it refit the Triton GEMMs' memory-bound priors (dispatch/heuristic.py). Session 13's re-tune
+    (programmatic launches of the Triton GEMMs; its 112 cells overlaid): 270 and 269.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -83,7 +87,7 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
     assert r["within"] >= 270, r["misses"]
-    assert evaluate(data)["within"] >= 268
+    assert evaluate(data)["within"] >= 269
 
 
 UNTABLED_S11 = REPO / "docs/perf/h200_candidates_untabled_2026-11-30_s11.json"
@@ -140,7 +144,8 @@ def test_fallback_without_the_cuda_backend():
     priors) and refit their memory-bound priors to those times (dispatch/heuristic.py): 268 within. 12 misses
     (1.16-1.42x): the W8A16 Triton GEMM against the mxfp8 Triton GEMV on 28672x4096 and 128256x4096 at M = 1-16 (5),
     the W8A8 Triton GEMV or GEMM against `_scaled_mm` or the GEMM at M = 1-16 (4), torch.dequant_mm for mxfp8 at
-    M = 4096 (2), and the W8A8 Triton GEMM's borrowed config at fp8_row/fp8 6144x4096 M = 256."""
+    M = 4096 (2), and the W8A8 Triton GEMM's borrowed config at fp8_row/fp8 6144x4096 M = 256. Session 13's data
+    and table: 268, none unmeasured."""
     from dispatch import tables
 
     r = evaluate(_current_candidates(), table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"),

@@ -65,3 +65,26 @@ def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
         assert f.cells == 24
         pr = MEASURED_PRIORS[(f.candidate, Format(f.fmt))]
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+
+
+def test_journal_candidates_prefers_the_final_stage_and_keeps_failures(tmp_path: pathlib.Path):
+    """tools.perf.journal_candidates: one row per (candidate, config) and cell, the final-stage time over the quick
+    one whatever the order, a failed measurement kept with no time, starts without results ignored."""
+    import json
+
+    from tools.perf.journal_candidates import collect
+
+    def rec(impl, cfg, stage, status, us, kind="result"):
+        key = {"fmt": "fp8_row", "act": "bf16", "n": 64, "k": 128, "m": 16, "impl": impl, "config": cfg,
+               "stage": stage, "source_hash": "sha256:x"}
+        return json.dumps({"kind": kind, "key": key, "status": status, "us": us})
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join([rec("t.gemm", "{}", "final", "ok", 9.0), rec("t.gemm", "{}", "quick", "ok", 7.0),
+                            rec("t.gemm", '{"x":1}', "quick", "ok", 8.0), rec("c.gemv", "{}", "quick", "error", None),
+                            rec("c.gemv", '{"y":2}', "quick", "ok", 5.0, kind="start")]) + "\n")
+    b.write_text(rec("t.gemm", '{"x":1}', "quick", "ok", 6.5) + "\n")
+    (cell,) = collect([str(a), str(b)])
+    assert (cell["format"], cell["act"], cell["n"], cell["k"], cell["m"]) == ("fp8_row", "bf16", 64, 128, 16)
+    assert sorted((r["route"], r["status"], r["us"]) for r in cell["rows"]) == [
+        ("c.gemv", "error", None), ("t.gemm", "ok", 6.5), ("t.gemm", "ok", 9.0)]
