@@ -67,24 +67,25 @@ def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
 
 
-def test_journal_candidates_prefers_the_final_stage_and_keeps_failures(tmp_path: pathlib.Path):
-    """tools.perf.journal_candidates: one row per (candidate, config) and cell, the final-stage time over the quick
-    one whatever the order, a failed measurement kept with no time, starts without results ignored."""
+
+def test_cells_from_journals_prefer_the_final_stage_and_the_latest_code():
+    """tools.heuristic_eval.results_from_journals (what `--write-cells` writes as docs/perf/h200_candidates_*.json):
+    one row per (candidate, config) and cell, the final-stage time over the quick one whatever the order, failed
+    measurements and starts without results dropped, rows of an older source hash of a candidate dropped."""
     import json
 
-    from tools.perf.journal_candidates import collect
+    from tools.heuristic_eval import results_from_journals
 
-    def rec(impl, cfg, stage, status, us, kind="result"):
+    def rec(impl, cfg, stage, status, us, kind="result", src="sha256:new"):
         key = {"fmt": "fp8_row", "act": "bf16", "n": 64, "k": 128, "m": 16, "impl": impl, "config": cfg,
-               "stage": stage, "source_hash": "sha256:x"}
+               "stage": stage, "source_hash": src}
         return json.dumps({"kind": kind, "key": key, "status": status, "us": us})
 
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text("\n".join([rec("t.gemm", "{}", "final", "ok", 9.0), rec("t.gemm", "{}", "quick", "ok", 7.0),
-                            rec("t.gemm", '{"x":1}', "quick", "ok", 8.0), rec("c.gemv", "{}", "quick", "error", None),
-                            rec("c.gemv", '{"y":2}', "quick", "ok", 5.0, kind="start")]) + "\n")
-    b.write_text(rec("t.gemm", '{"x":1}', "quick", "ok", 6.5) + "\n")
-    (cell,) = collect([str(a), str(b)])
+    first = [rec("t.gemm", "{}", "final", "ok", 9.0), rec("t.gemm", "{}", "quick", "ok", 7.0),
+             rec("t.gemm", '{"x":1}', "quick", "ok", 8.0), rec("c.gemv", "{}", "quick", "error", None),
+             rec("c.gemv", '{"y":2}', "quick", "ok", 5.0, kind="start"),
+             rec("t.gemv", "{}", "quick", "ok", 1.0, src="sha256:old")]
+    second = [rec("t.gemm", '{"x":1}', "quick", "ok", 6.5), rec("t.gemv", "{}", "quick", "ok", 4.0)]
+    (cell,) = results_from_journals([first, second])["main"]
     assert (cell["format"], cell["act"], cell["n"], cell["k"], cell["m"]) == ("fp8_row", "bf16", 64, 128, 16)
-    assert sorted((r["route"], r["status"], r["us"]) for r in cell["rows"]) == [
-        ("c.gemv", "error", None), ("t.gemm", "ok", 6.5), ("t.gemm", "ok", 9.0)]
+    assert sorted((r["route"], r["us"]) for r in cell["rows"]) == [("t.gemm", 6.5), ("t.gemm", 9.0), ("t.gemv", 4.0)]

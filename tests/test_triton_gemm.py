@@ -159,11 +159,21 @@ def test_aot_programmatic_launch_only_on_sm90():
     from kernels_triton import _pdl
     if not _pdl.pdl_target(Target.simulated_for("sm_90")):
         pytest.skip("FP8DISPATCH_PDL=0")
-    for kernel in ("w8a16_gemm[row,bf16,swap_ab,tma]", "w8a8_gemm[group_block]", "w8a16_gemm[mx32,bf16,swap_ab]"):
-        ptx = _compile("sm_90", kernel).asm["ptx"]
+    from kernels_triton.isa import sass_of
+    for kernel in ("w8a16_gemm[row,bf16,swap_ab,tma]", "w8a8_gemm[group_block]", "w8a16_gemm[mx32,bf16,swap_ab]",
+                   "w8a8_gemm[token_row]"):
+        ck = _compile("sm_90", kernel)
+        ptx = ck.asm["ptx"]
         assert ptx.count("griddepcontrol.wait") == 1 and "launch_dependents" not in ptx, kernel
         first_load = min(i for i in (ptx.find("cp.async"), ptx.find("ld.global")) if i >= 0)
         assert ptx.index("griddepcontrol.wait") < first_load, kernel
+        # ptxas keeps the order: the wait (ACQBULK) before every global / async-copy / TMA access, and no load
+        # through the non-coherent constant path (data of the previous kernel must not come from it)
+        sass = [ln for ln in sass_of(ck.asm["cubin"]).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+        wait = [i for i, ln in enumerate(sass) if "ACQBULK" in ln]
+        mem = [i for i, ln in enumerate(sass) if re.search(r"\b(LDG|STG|LDGSTS|UTMALDG)\b", ln)]
+        assert len(wait) == 1 and mem and wait[0] < mem[0], kernel
+        assert not any("CONSTANT" in ln for ln in sass), kernel
     for arch in ("sm_89", "sm_80"):
         assert "griddepcontrol" not in _compile(arch, "w8a8_gemm[group_block]").asm["ptx"], arch
 
