@@ -25,6 +25,7 @@ class IsaRow:
     spills: int = 0  # bytes of local/scratch spill (0 is the goal)
     note: str = ""
     wgmma_hazards: int = 0  # writes to registers an unfinished wgmma still reads (wgmma_register_hazards)
+    loop_barriers: int = -1  # CTA barriers in the largest loop body of the SASS (main_loop_barriers); -1: not read
 
     @property
     def failed_supported(self) -> bool:
@@ -33,6 +34,27 @@ class IsaRow:
     @property
     def unsafe_supported(self) -> bool:
         return self.supported and self.compiled and self.wgmma_hazards > 0
+
+
+# --- barriers in the main loop ---------------------------------------------------------------------------
+# A CTA barrier in a kernel's K loop is either its software pipeline's (cp.async stages, a wgmma operand in shared
+# memory: expected) or a layout conversion that Triton routes through shared memory, which stalls every warp of
+# the CTA once per K step. The Triton decode GEMV's CUDA-core path had 8 per K step on sm_90 (session 14): its x
+# tile and weight tile took different register layouts, and the whole weight tile was converted.
+# A loop's back edge is a predicated branch; an unconditional backward BRA is the return from an out-of-line block
+# (an mbarrier wait's retry path, placed after the epilogue), whose span is not a loop body.
+_SASS_BACK_BRANCH = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P\w+\s+BRA(?:\.\w+)*\s+(?:`?\(?)0x([0-9a-f]+)")
+_SASS_BAR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BAR\.(?:SYNC|RED|ARV)")
+
+
+def main_loop_barriers(sass: str) -> int:
+    """CTA barriers (BAR.SYNC / RED / ARV) inside the largest loop body (the widest predicated backward branch) of
+    `cuobjdump -sass` text of one kernel; 0 when the code has no loop."""
+    loops = [(int(t, 16), int(a, 16)) for a, t in _SASS_BACK_BRANCH.findall(sass) if int(t, 16) < int(a, 16)]
+    if not loops:
+        return 0
+    lo, hi = max(loops, key=lambda r: r[1] - r[0])
+    return sum(lo <= int(a, 16) <= hi for a in _SASS_BAR.findall(sass))
 
 
 # --- wgmma register hazards in SASS -------------------------------------------------------------------

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Sequence
 
-from dispatch.isa import IsaRow, wgmma_register_hazards
+from dispatch.isa import IsaRow, main_loop_barriers, wgmma_register_hazards
 from dispatch.target import Target
 
 ISA_TARGETS = ("sm_80", "sm_89", "sm_90", "gfx1201")
@@ -194,7 +194,7 @@ def _inspect_cuda(ck) -> dict[str, Any]:
     widest = 0
     for v, b in _PTX_LD.findall(ptx):
         widest = max(widest, int(v or 1) * int(b))
-    spills, hazards = 0, 0
+    spills, hazards, barriers = 0, 0, -1
     try:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(ck.asm["cubin"])
@@ -203,14 +203,16 @@ def _inspect_cuda(ck) -> dict[str, Any]:
                                  text=True, timeout=60)
         mm = re.search(r"LOCAL:(\d+)", res.stdout)
         spills = int(mm.group(1)) if mm else 0
+        sass = sass_of(ck.asm["cubin"])
+        barriers = main_loop_barriers(sass)
         if mma.startswith("wgmma"):
-            hazards = len(wgmma_register_hazards(sass_of(ck.asm["cubin"])))
+            hazards = len(wgmma_register_hazards(sass))
     except (OSError, subprocess.SubprocessError):
         spills = -1
         hazards = -1 if mma.startswith("wgmma") else 0
     parts = (["hw-dec"] if dec else []) + (["hw-enc"] if enc else []) + (["hw-enc-via-f16"] if enc16 else [])
     return {"mma": mma, "fp8_cvt": "+".join(parts) or "sw", "widest_load_bits": widest, "spills": spills,
-            "wgmma_hazards": hazards}
+            "wgmma_hazards": hazards, "loop_barriers": barriers}
 
 
 def _inspect_hip(ck) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Ahead-of-time ISA report: every kernel variant x target -> compiled or the error, with the matrix
-instruction family, fp8 conversions (hardware / software), the widest global load, spills, and on wgmma
-kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards).
+instruction family, fp8 conversions (hardware / software), the widest global load, spills, on wgmma
+kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards), and for
+Triton's CUDA rows the CTA barriers in the main loop (dispatch.isa.main_loop_barriers: a pipeline's are expected,
+a layout conversion's are a cost; informational).
 
 Aggregates `isa_rows()` of kernels_triton.isa, kernels_cuda.isa and kernels_hip.isa (each when importable;
 a backend that cannot be imported is listed with the reason). Needs no GPU. Exits 1 when a (kernel, target)
@@ -46,13 +48,15 @@ def _collect(backend: str, module: str, targets, jobs):
 
 
 def _table(rows) -> str:
-    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "wgmma hz", "spills")
+    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "wgmma hz", "loop bar",
+            "spills")
     lines = [head]
     for r in sorted(rows, key=lambda r: (r.backend, r.kernel, r.target)):
         result = "compiled" if r.compiled else f"ERROR: {r.error}"
         lines.append((r.backend, r.kernel, r.target, "yes" if r.supported else "no", result, r.mma or "-",
                       r.fp8_cvt or "-", f"{r.widest_load_bits}b" if r.compiled else "-",
                       str(r.wgmma_hazards) if r.compiled and r.mma.startswith("wgmma") else "-",
+                      str(r.loop_barriers) if r.compiled and r.loop_barriers >= 0 else "-",
                       str(r.spills) if r.compiled else "-"))
     widths = [min(60, max(len(x[i]) for x in lines)) for i in range(len(head) - 1)]
     out = []

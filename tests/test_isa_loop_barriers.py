@@ -1,0 +1,48 @@
+"""dispatch.isa.main_loop_barriers: CTA barriers inside the largest loop body of cuobjdump SASS (the ISA report's
+"loop bar" column). CPU only; the real-kernel case compiles ahead of time for sm_90."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatch.isa import main_loop_barriers
+
+
+def _sass(lines: list[str]) -> str:
+    """cuobjdump-style text for instruction strings, 16 bytes apart from 0x0000."""
+    return "\n".join(f"        /*{16 * i:04x}*/                   {ins} ;  /* 0x0 */" for i, ins in enumerate(lines))
+
+
+def test_barriers_are_counted_in_the_largest_loop_only():
+    sass = _sass([
+        "BAR.SYNC.DEFER_BLOCKING 0x0",  # 0x00 prologue: outside every loop
+        "LDG.E.128 R4, desc[UR4][R2.64]",  # 0x10 main loop starts
+        "BAR.SYNC.DEFER_BLOCKING 0x0",  # 0x20
+        "STS.128 [R8], R4",  # 0x30
+        "BAR.SYNC.DEFER_BLOCKING 0x0",  # 0x40
+        "@P1 BRA 0x10",  # 0x50 back to the main loop's top
+        "SHFL.BFLY PT, R5, R8, 0x4, 0x1f",  # 0x60 a small epilogue loop
+        "BAR.SYNC.DEFER_BLOCKING 0x0",  # 0x70
+        "@!P2 BRA 0x60",  # 0x80
+        "EXIT",  # 0x90
+        "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR11+0x26000], R11",  # 0xa0 an out-of-line mbarrier retry block,
+        "@!P0 BRA 0xa0",  # 0xb0
+        "BRA 0x20",  # 0xc0 returning into the loop: its span (0x20..0xc0, 3 barriers) is no loop body
+        "BRA 0xd0",  # 0xd0 the trap loop cuobjdump ends with
+    ])
+    assert main_loop_barriers(sass) == 2
+
+
+def test_no_loop_means_no_loop_barriers():
+    assert main_loop_barriers(_sass(["BAR.SYNC.DEFER_BLOCKING 0x0", "EXIT", "BRA 0x20"])) == 0
+
+
+def test_the_report_reads_a_real_kernel():
+    """A 3-stage tensor-core GEMV: its K loop holds its cp.async pipeline's barriers."""
+    pytest.importorskip("triton")
+    from kernels_triton import isa as I
+    from kernels_triton._gemm_layouts import WScale
+    from kernels_triton.configs import GemvConfig
+
+    row = I.compile_and_inspect(I.gemv_variant("gemv", "sm_90", WScale.ROW, 0, GemvConfig(16, 64, 128, 0, 4, 3)))
+    assert row.compiled and row.loop_barriers >= 1, row
