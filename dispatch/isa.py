@@ -57,6 +57,32 @@ def main_loop_barriers(sass: str) -> int:
     return sum(lo <= int(a, 16) <= hi for a in _SASS_BAR.findall(sass))
 
 
+# LLVM's AMDGPU assembly names each block's loop in the label's comment: "; =>This Inner Loop Header: Depth=1" or
+# "; =>This Loop Header: ..." on a header, "in Loop: Header=BB0_3 Depth=2" on the blocks of its body.
+_GCN_LABEL = re.compile(r"^(\.LBB\d+_\d+):\s*(?:;\s*(.*))?$")
+_GCN_IN_LOOP = re.compile(r"in Loop: Header=(BB\d+_\d+)")
+
+
+def gcn_main_loop_barriers(asm: str) -> int:
+    """Workgroup barriers (s_barrier, or gfx12's s_barrier_wait) in the loop body with the most instructions, of LLVM
+    AMDGPU assembly (a block counts toward the innermost loop its label names); 0 when there is no loop."""
+    header, count, bars = None, {}, {}
+    for line in asm.splitlines():
+        m = _GCN_LABEL.match(line.strip())
+        if m:
+            note = m.group(2) or ""
+            inside = _GCN_IN_LOOP.search(note)
+            header = inside.group(1) if inside else (m.group(1)[2:] if "Loop Header" in note else None)
+            continue
+        op = line.strip().split(None, 1)[0] if line.strip() else ""
+        if header is None or not op or op.startswith((";", ".")):
+            continue
+        count[header] = count.get(header, 0) + 1
+        if op in ("s_barrier", "s_barrier_wait"):
+            bars[header] = bars.get(header, 0) + 1
+    return bars.get(max(count, key=count.get), 0) if count else 0
+
+
 # --- wgmma register hazards in SASS -------------------------------------------------------------------
 # An HGMMA (sm_90 wgmma) reads its register operands asynchronously: the A fragment (4 registers per thread
 # when A comes from registers) and the accumulators, until a WARPGROUP.DEPBAR.LE gsb0, N leaves at most N

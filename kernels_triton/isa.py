@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Sequence
 
-from dispatch.isa import IsaRow, main_loop_barriers, wgmma_register_hazards
+from dispatch.isa import IsaRow, gcn_main_loop_barriers, main_loop_barriers, wgmma_register_hazards
 from dispatch.target import Target
 
 ISA_TARGETS = ("sm_80", "sm_89", "sm_90", "gfx1201")
@@ -224,7 +224,7 @@ def _inspect_hip(ck) -> dict[str, Any]:
         widest = max(widest, 32 * int(dx) if dx else int(b or u or 32))
     mm = re.search(r"ScratchSize:\s*(\d+)", gcn)
     return {"mma": mma, "fp8_cvt": "hw" if cv else "sw", "widest_load_bits": widest,
-            "spills": int(mm.group(1)) if mm else 0}
+            "spills": int(mm.group(1)) if mm else 0, "loop_barriers": gcn_main_loop_barriers(gcn)}
 
 
 def compile_variant(v: IsaVariant):

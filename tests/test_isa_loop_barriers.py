@@ -1,11 +1,11 @@
-"""dispatch.isa.main_loop_barriers: CTA barriers inside the largest loop body of cuobjdump SASS (the ISA report's
-"loop bar" column). CPU only; the real-kernel case compiles ahead of time for sm_90."""
+"""dispatch.isa.main_loop_barriers / gcn_main_loop_barriers: barriers inside the largest loop body of cuobjdump SASS
+and of AMDGPU assembly (the ISA report's "loop bar" column). CPU only; the real-kernel case compiles ahead of time."""
 
 from __future__ import annotations
 
 import pytest
 
-from dispatch.isa import main_loop_barriers
+from dispatch.isa import gcn_main_loop_barriers, main_loop_barriers
 
 
 def _sass(lines: list[str]) -> str:
@@ -38,7 +38,7 @@ def test_no_loop_means_no_loop_barriers():
 
 
 def test_the_report_reads_a_real_kernel():
-    """A 3-stage tensor-core GEMV: its K loop holds its cp.async pipeline's barriers."""
+    """A 3-stage tensor-core GEMV on sm_90: its K loop holds its cp.async pipeline's barriers; gfx1201 rows are read."""
     pytest.importorskip("triton")
     from kernels_triton import isa as I
     from kernels_triton._gemm_layouts import WScale
@@ -46,3 +46,26 @@ def test_the_report_reads_a_real_kernel():
 
     row = I.compile_and_inspect(I.gemv_variant("gemv", "sm_90", WScale.ROW, 0, GemvConfig(16, 64, 128, 0, 4, 3)))
     assert row.compiled and row.loop_barriers >= 1, row
+
+
+def test_gcn_barriers_count_in_the_loop_with_most_instructions():
+    asm = """\
+\ts_barrier
+\ts_branch .LBB0_2
+.LBB0_1:                                ;   in Loop: Header=BB0_2 Depth=1
+\tv_add_f32 v1, v2, v3
+\ts_barrier_signal -1
+\ts_barrier_wait -1
+.LBB0_2:                                ; =>This Inner Loop Header: Depth=1
+\tglobal_load_b128 v[4:7], v[0:1], off
+\ts_barrier_wait -1
+\ts_cbranch_scc0 .LBB0_1
+.LBB0_3:                                ; %exit
+\ts_barrier_wait -1
+.LBB0_4:                                ; =>This Inner Loop Header: Depth=1
+\ts_barrier_wait -1
+\ts_cbranch_scc0 .LBB0_4
+\ts_endpgm
+"""
+    assert gcn_main_loop_barriers(asm) == 2
+    assert gcn_main_loop_barriers("\ts_barrier\n\ts_endpgm\n") == 0

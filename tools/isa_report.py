@@ -1,8 +1,8 @@
 """Ahead-of-time ISA report: every kernel variant x target -> compiled or the error, with the matrix
 instruction family, fp8 conversions (hardware / software), the widest global load, spills, on wgmma
 kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards), and for
-Triton's CUDA rows the CTA barriers in the main loop (dispatch.isa.main_loop_barriers: a pipeline's are expected,
-a layout conversion's are a cost; informational).
+the Triton rows the barriers in the main loop (dispatch.isa.main_loop_barriers / gcn_main_loop_barriers: a
+pipeline's are expected, a layout conversion's through shared memory are a cost; informational).
 
 Aggregates `isa_rows()` of kernels_triton.isa, kernels_cuda.isa and kernels_hip.isa (each when importable;
 a backend that cannot be imported is listed with the reason). Needs no GPU. Exits 1 when a (kernel, target)
