@@ -25,7 +25,7 @@ class IsaRow:
     spills: int = 0  # bytes of local/scratch spill (0 is the goal)
     note: str = ""
     wgmma_hazards: int = 0  # writes to registers an unfinished wgmma still reads (wgmma_register_hazards)
-    loop_barriers: int = -1  # CTA barriers in the largest loop body of the SASS (main_loop_barriers); -1: not read
+    loop_barriers: int = -1  # barriers in the largest loop body (main_loop_barriers / gcn_...); -1: not read
 
     @property
     def failed_supported(self) -> bool:
@@ -39,8 +39,8 @@ class IsaRow:
 # --- barriers in the main loop ---------------------------------------------------------------------------
 # A CTA barrier in a kernel's K loop is either its software pipeline's (cp.async stages, a wgmma operand in shared
 # memory: expected) or a layout conversion that Triton routes through shared memory, which stalls every warp of
-# the CTA once per K step. The Triton decode GEMV's CUDA-core path had 8 per K step on sm_90 (session 14): its x
-# tile and weight tile took different register layouts, and the whole weight tile was converted.
+# the CTA once per K step. The Triton decode GEMV's CUDA-core path has 4-8 per K step on sm_90 (found in session 14):
+# its x tile and weight tile take different register layouts, and the whole weight tile is converted.
 # A loop's back edge is a predicated branch; an unconditional backward BRA is the return from an out-of-line block
 # (an mbarrier wait's retry path, placed after the epilogue), whose span is not a loop body.
 _SASS_BACK_BRANCH = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P\w+\s+BRA(?:\.\w+)*\s+(?:`?\(?)0x([0-9a-f]+)")
