@@ -26,6 +26,7 @@ class IsaRow:
     note: str = ""
     wgmma_hazards: int = 0  # writes to registers an unfinished wgmma still reads (wgmma_register_hazards)
     loop_barriers: int = -1  # barriers in the largest loop body (main_loop_barriers / gcn_...); -1: not read
+    wgmma_serialized: str = ""  # ptxas's reason when it serialized the kernel's wgmmas (info C7515), else ""
 
     @property
     def failed_supported(self) -> bool:

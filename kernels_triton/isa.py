@@ -166,6 +166,20 @@ _PTX_MMA = (("wgmma", r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)"),
 _GCN_MMA = (("v_wmma", r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b"),)
 
 
+def ptxas_wgmma_serialization(ptx: str, arch: str) -> str:
+    """ptxas's reason for serializing the wgmmas of `ptx` ("wgmma.mma_async instructions are serialized due to
+    ..."), or "" when it does not. Triton compiles without -v, so this info (C7515) never shows: ptxas then makes
+    each wgmma wait for the previous one (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 after every HGMMA)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([_tool("ptxas"), f"-arch={arch}a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True, timeout=300)
+    m = re.search(r"\(C7515\) Potential Performance Loss: (.*?)(?: in the function|$)", r.stdout + r.stderr, re.M)
+    return m.group(1).strip() if m else ""
+
+
 def sass_of(cubin: bytes) -> str:
     """`cuobjdump -sass` of a cubin, as text (addresses kept: wgmma_register_hazards follows branch targets)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -194,7 +208,7 @@ def _inspect_cuda(ck) -> dict[str, Any]:
     widest = 0
     for v, b in _PTX_LD.findall(ptx):
         widest = max(widest, int(v or 1) * int(b))
-    spills, hazards, barriers = 0, 0, -1
+    spills, hazards, barriers, serialized = 0, 0, -1, ""
     try:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(ck.asm["cubin"])
@@ -207,12 +221,13 @@ def _inspect_cuda(ck) -> dict[str, Any]:
         barriers = main_loop_barriers(sass)
         if mma.startswith("wgmma"):
             hazards = len(wgmma_register_hazards(sass))
+            serialized = ptxas_wgmma_serialization(ptx, f"sm_{ck.metadata.target.arch}")
     except (OSError, subprocess.SubprocessError):
         spills = -1
         hazards = -1 if mma.startswith("wgmma") else 0
     parts = (["hw-dec"] if dec else []) + (["hw-enc"] if enc else []) + (["hw-enc-via-f16"] if enc16 else [])
     return {"mma": mma, "fp8_cvt": "+".join(parts) or "sw", "widest_load_bits": widest, "spills": spills,
-            "wgmma_hazards": hazards, "loop_barriers": barriers}
+            "wgmma_hazards": hazards, "loop_barriers": barriers, "wgmma_serialized": serialized}
 
 
 def _inspect_hip(ck) -> dict[str, Any]:

@@ -69,3 +69,41 @@ def test_gcn_barriers_count_in_the_loop_with_most_instructions():
 """
     assert gcn_main_loop_barriers(asm) == 2
     assert gcn_main_loop_barriers("\ts_barrier\n\ts_endpgm\n") == 0
+
+
+def _hgmma_pairs_fully_waited(sass: str) -> bool:
+    """Whether, in the main loop, every HGMMA is retired (WARPGROUP.DEPBAR.LE gsb0, 0x0) before the next one issues."""
+    import re
+
+    loops = [(int(t, 16), int(a, 16)) for a, t in
+             re.findall(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P\w+\s+BRA(?:\.\w+)*\s+0x([0-9a-f]+)", sass) if int(t, 16) < int(a, 16)]
+    lo, hi = max(loops, key=lambda r: r[1] - r[0])
+    pending = False
+    for addr, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", sass):
+        if not lo <= int(addr, 16) <= hi:
+            continue
+        if text.startswith("HGMMA"):
+            if pending:
+                return False
+            pending = "gsb0" in text  # the group's last HGMMA; a chained one (no gsb0) issues with the next
+        elif text.startswith("WARPGROUP.DEPBAR.LE") and text.rstrip().endswith("0x0"):
+            pending = False
+    return True
+
+
+def test_ptxas_serialization_report_matches_the_sass():
+    """Where kernels_triton.isa.ptxas_wgmma_serialization (the report's "wgmma ser") says ptxas serialized a sm_90
+    wgmma GEMM (its info C7515), the SASS retires each HGMMA group before the next issues. (The converse does not
+    hold: a kernel with one group per K step shows the same pattern from the K step's own wait.)"""
+    pytest.importorskip("triton")
+    from kernels_triton import isa as I
+    from kernels_triton._gemm_isa import gemm_isa_variants
+
+    seen = []
+    for v in gemm_isa_variants(("sm_90",)):
+        ck = I.compile_variant(v)
+        if "wgmma.mma_async" not in ck.asm["ptx"]:
+            continue
+        said = bool(I.ptxas_wgmma_serialization(ck.asm["ptx"], "sm_90"))
+        seen.append((v.kernel, said, _hgmma_pairs_fully_waited(I.sass_of(ck.asm["cubin"]))))
+    assert seen and all(waited for _, said, waited in seen if said), [s for s in seen if s[1] and not s[2]]

@@ -2,7 +2,9 @@
 instruction family, fp8 conversions (hardware / software), the widest global load, spills, on wgmma
 kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards), and for
 the Triton rows the barriers in the main loop (dispatch.isa.main_loop_barriers / gcn_main_loop_barriers: a
-pipeline's are expected, a layout conversion's through shared memory are a cost; informational).
+pipeline's are expected, a layout conversion's through shared memory are a cost; informational), and whether
+ptxas serialized a kernel's wgmmas (its info C7515, which Triton's compile never shows: each wgmma then waits for
+the one before; informational).
 
 Aggregates `isa_rows()` of kernels_triton.isa, kernels_cuda.isa and kernels_hip.isa (each when importable;
 a backend that cannot be imported is listed with the reason). Needs no GPU. Exits 1 when a (kernel, target)
@@ -48,14 +50,15 @@ def _collect(backend: str, module: str, targets, jobs):
 
 
 def _table(rows) -> str:
-    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "wgmma hz", "loop bar",
-            "spills")
+    head = ("backend", "kernel", "target", "supported", "result", "mma", "fp8 cvt", "widest ld", "wgmma hz",
+            "wgmma ser", "loop bar", "spills")
     lines = [head]
     for r in sorted(rows, key=lambda r: (r.backend, r.kernel, r.target)):
         result = "compiled" if r.compiled else f"ERROR: {r.error}"
         lines.append((r.backend, r.kernel, r.target, "yes" if r.supported else "no", result, r.mma or "-",
                       r.fp8_cvt or "-", f"{r.widest_load_bits}b" if r.compiled else "-",
                       str(r.wgmma_hazards) if r.compiled and r.mma.startswith("wgmma") else "-",
+                      ("yes" if r.wgmma_serialized else "no") if r.compiled and r.mma.startswith("wgmma") else "-",
                       str(r.loop_barriers) if r.compiled and r.loop_barriers >= 0 else "-",
                       str(r.spills) if r.compiled else "-"))
     widths = [min(60, max(len(x[i]) for x in lines)) for i in range(len(head) - 1)]
@@ -89,8 +92,12 @@ def main(argv=None) -> int:
     failed = [r for r in rows if r.failed_supported]
     unsafe = [r for r in rows if r.unsafe_supported]
     spilled = [r for r in rows if r.compiled and r.spills > 0]
+    serial = [r for r in rows if r.compiled and r.wgmma_serialized]
     print(f"\n{len(rows)} rows, {sum(r.compiled for r in rows)} compiled, {len(failed)} supported-but-failed, "
-          f"{len(unsafe)} supported with wgmma register hazards, {len(spilled)} with spills, {time.time() - t0:.0f} s")
+          f"{len(unsafe)} supported with wgmma register hazards, {len(serial)} with wgmma serialized by ptxas, "
+          f"{len(spilled)} with spills, {time.time() - t0:.0f} s")
+    if serial:
+        print(f"note: ptxas serialized the wgmmas of {len(serial)} rows ({serial[0].wgmma_serialized})")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
     for r in failed:
