@@ -27,7 +27,7 @@ import subprocess
 from typing import Any
 
 from dispatch.errors import CompileError
-from dispatch.isa import IsaRow
+from dispatch.isa import IsaRow, main_loop_barriers
 from dispatch.problem import Problem
 from dispatch.target import Target
 from dispatch.formats import Act, Format
@@ -117,7 +117,8 @@ def cuobjdump() -> pathlib.Path | None:
 _OPCODE_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 
-def sass_opcodes(cubin: pathlib.Path) -> list[str]:
+def sass_text(cubin: pathlib.Path) -> str:
+    """`cuobjdump -sass` of a cubin (addresses kept)."""
     tool = cuobjdump()
     if tool is None:
         raise CompileError("cuobjdump not found (it ships in the triton wheel: triton/backends/nvidia/bin); "
@@ -125,7 +126,11 @@ def sass_opcodes(cubin: pathlib.Path) -> list[str]:
     out = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, errors="replace")
     if out.returncode != 0:
         raise CompileError(f"cuobjdump failed on {cubin}:\n{out.stderr}")
-    return _OPCODE_RE.findall(out.stdout)
+    return out.stdout
+
+
+def sass_opcodes(cubin: pathlib.Path) -> list[str]:
+    return _OPCODE_RE.findall(sass_text(cubin))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +171,8 @@ def row_for(v: Variant, arch: str) -> IsaRow:
     supported = _supported(v, arch)
     try:
         built = compiler.compile_module(v.source, arch, dict(v.defines))
-        facts = SassFacts.of(sass_opcodes(built.path))
+        sass = sass_text(built.path)
+        facts = SassFacts.of(_OPCODE_RE.findall(sass))
     except Exception as e:  # a failed compile is a row, never an exception out of the report
         first = "\n".join(str(e).splitlines()[:6])
         return IsaRow("cuda", v.kernel, arch, supported, False, error=first)
@@ -183,7 +189,7 @@ def row_for(v: Variant, arch: str) -> IsaRow:
         note += "; sm_90 has no native mma.sync e4m3: ptxas lowers it to F2FP->f16 + HMMA"
     return IsaRow("cuda", v.kernel, arch, supported, True, mma=facts.mma,
                   fp8_cvt="hw" if facts.hw_e4m3_cvt else "sw", widest_load_bits=facts.widest_load_bits,
-                  spills=spills, note=note)
+                  spills=spills, note=note, loop_barriers=main_loop_barriers(sass))
 
 
 def isa_rows() -> list[IsaRow]:

@@ -1,7 +1,7 @@
 """Ahead-of-time ISA report: every kernel variant x target -> compiled or the error, with the matrix
 instruction family, fp8 conversions (hardware / software), the widest global load, spills, on wgmma
 kernels the writes to registers an unfinished wgmma still reads (dispatch.isa.wgmma_register_hazards), and for
-the Triton rows the barriers in the main loop (dispatch.isa.main_loop_barriers / gcn_main_loop_barriers: a
+the Triton and CUDA rows the barriers in the main loop (dispatch.isa.main_loop_barriers / gcn_main_loop_barriers: a
 pipeline's are expected, a layout conversion's through shared memory are a cost; informational), and whether
 ptxas serialized a kernel's wgmmas (its info C7515, which Triton's compile never shows: each wgmma then waits for
 the one before; informational).
