@@ -145,9 +145,11 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
                  tc[1]]
         if wide:  # measured there (above); the FMA tile stays the default elsewhere
             space = _first(tc[0], space)
-        elif target.is_rocm:
+        elif target.is_rocm or bm == 8:
             # gfx1201 (AOT, ScratchSize): the 32-row FMA tile spills at 4 and 8 token rows (28-808 bytes a lane, by
-            # format), the 16-row one never does (tests/test_triton_gemv.py checks every default).
+            # format); sm_80 / sm_89 (AOT, ptxas -v: stack-frame spills, which cuobjdump's LOCAL count misses) at 8
+            # token rows, 84-1696 bytes a thread. The 16-row tile never does (tests/test_triton_gemv.py checks every
+            # default).
             space = _first(GemvConfig(bm, 16, 256, 0, 4), space)
     else:
         bm = 16 if m <= 16 else (32 if m <= 32 else 64)

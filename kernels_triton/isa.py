@@ -166,18 +166,26 @@ _PTX_MMA = (("wgmma", r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)"),
 _GCN_MMA = (("v_wmma", r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b"),)
 
 
-def ptxas_wgmma_serialization(ptx: str, arch: str) -> str:
-    """ptxas's reason for serializing the wgmmas of `ptx` ("wgmma.mma_async instructions are serialized due to
-    ..."), or "" when it does not. Triton compiles without -v, so this info (C7515) never shows: ptxas then makes
-    each wgmma wait for the previous one (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 after every HGMMA)."""
+def ptxas_verbose(ptx: str, arch: str) -> tuple[str, int]:
+    """ptxas -v on `ptx` for `arch` ("sm_90" compiles as sm_90a, as Triton does): (its reason for serializing the
+    wgmmas, or "", and the bytes of spill stores + loads). Triton compiles without -v, so neither shows otherwise:
+    a serialized kernel makes each wgmma wait for the one before (info C7515; SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
+    after every HGMMA), and spills go to the stack frame, which cuobjdump's LOCAL count does not include."""
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([_tool("ptxas"), f"-arch={arch}a", "-v", src, "-o", os.path.join(d, "k.cubin")],
-                           capture_output=True, text=True, timeout=300)
-    m = re.search(r"\(C7515\) Potential Performance Loss: (.*?)(?: in the function|$)", r.stdout + r.stderr, re.M)
-    return m.group(1).strip() if m else ""
+        r = subprocess.run([_tool("ptxas"), f"-arch={arch}{'a' if arch == 'sm_90' else ''}", "-v", src, "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True, timeout=300)
+    log = r.stdout + r.stderr
+    m = re.search(r"\(C7515\) Potential Performance Loss: (.*?)(?: in the function|$)", log, re.M)
+    spill = sum(int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log))
+    return (m.group(1).strip() if m else ""), spill
+
+
+def ptxas_wgmma_serialization(ptx: str, arch: str) -> str:
+    """ptxas's reason for serializing the wgmmas of `ptx`, or "" (ptxas_verbose)."""
+    return ptxas_verbose(ptx, arch)[0]
 
 
 def sass_of(cubin: bytes) -> str:
@@ -216,12 +224,12 @@ def _inspect_cuda(ck) -> dict[str, Any]:
             res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
                                  text=True, timeout=60)
         mm = re.search(r"LOCAL:(\d+)", res.stdout)
-        spills = int(mm.group(1)) if mm else 0
+        serialized, spilled = ptxas_verbose(ptx, f"sm_{ck.metadata.target.arch}")
+        spills = (int(mm.group(1)) if mm else 0) + spilled  # local arrays + stack-frame spills
         sass = sass_of(ck.asm["cubin"])
         barriers = main_loop_barriers(sass)
         if mma.startswith("wgmma"):
             hazards = len(wgmma_register_hazards(sass))
-            serialized = ptxas_wgmma_serialization(ptx, f"sm_{ck.metadata.target.arch}")
     except (OSError, subprocess.SubprocessError):
         spills = -1
         hazards = -1 if mma.startswith("wgmma") else 0
