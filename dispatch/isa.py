@@ -48,14 +48,27 @@ _SASS_BACK_BRANCH = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P\w+\s+BRA(?:\.\w+)
 _SASS_BAR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BAR\.(?:SYNC|RED|ARV)")
 
 
-def main_loop_barriers(sass: str) -> int:
-    """CTA barriers (BAR.SYNC / RED / ARV) inside the largest loop body (the widest predicated backward branch) of
-    `cuobjdump -sass` text of one kernel; 0 when the code has no loop."""
+def main_loop_span(sass: str) -> tuple[int, int] | None:
+    """(first, last) address of the largest loop body (the widest predicated backward branch) of `cuobjdump -sass`
+    text of one kernel, or None when the code has no loop."""
     loops = [(int(t, 16), int(a, 16)) for a, t in _SASS_BACK_BRANCH.findall(sass) if int(t, 16) < int(a, 16)]
-    if not loops:
-        return 0
-    lo, hi = max(loops, key=lambda r: r[1] - r[0])
-    return sum(lo <= int(a, 16) <= hi for a in _SASS_BAR.findall(sass))
+    return max(loops, key=lambda r: r[1] - r[0]) if loops else None
+
+
+def main_loop_instructions(sass: str) -> list[str]:
+    """The instructions (text without the predicate and ';') of the largest loop body, in address order."""
+    span = main_loop_span(sass)
+    if span is None:
+        return []
+    return [re.sub(r"^@!?U?P\w+\s+", "", text) for addr, text in _SASS_INSTR.findall(sass)
+            if span[0] <= int(addr, 16) <= span[1]]
+
+
+def main_loop_barriers(sass: str) -> int:
+    """CTA barriers (BAR.SYNC / RED / ARV) inside the largest loop body of `cuobjdump -sass` text of one kernel;
+    0 when the code has no loop."""
+    span = main_loop_span(sass)
+    return 0 if span is None else sum(span[0] <= int(a, 16) <= span[1] for a in _SASS_BAR.findall(sass))
 
 
 # LLVM's AMDGPU assembly names each block's loop in the label's comment: "; =>This Inner Loop Header: Depth=1" or

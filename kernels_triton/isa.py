@@ -177,10 +177,11 @@ def ptxas_verbose(ptx: str, arch: str) -> tuple[str, int]:
             f.write(ptx)
         r = subprocess.run([_tool("ptxas"), f"-arch={arch}{'a' if arch == 'sm_90' else ''}", "-v", src, "-o",
                             os.path.join(d, "k.cubin")], capture_output=True, text=True, timeout=300)
+    from kernels_cuda.compiler import ptxas_resources  # the CUDA backend's parser of the same ptxas -v lines
+
     log = r.stdout + r.stderr
     m = re.search(r"\(C7515\) Potential Performance Loss: (.*?)(?: in the function|$)", log, re.M)
-    spill = sum(int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log))
-    return (m.group(1).strip() if m else ""), spill
+    return (m.group(1).strip() if m else ""), ptxas_resources(log).get("spill_bytes", 0)
 
 
 def ptxas_wgmma_serialization(ptx: str, arch: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch.isa import gcn_main_loop_barriers, main_loop_barriers
+from dispatch.isa import gcn_main_loop_barriers, main_loop_barriers, main_loop_instructions
 
 
 def _sass(lines: list[str]) -> str:
@@ -73,15 +73,8 @@ def test_gcn_barriers_count_in_the_loop_with_most_instructions():
 
 def _hgmma_pairs_fully_waited(sass: str) -> bool:
     """Whether, in the main loop, every HGMMA is retired (WARPGROUP.DEPBAR.LE gsb0, 0x0) before the next one issues."""
-    import re
-
-    loops = [(int(t, 16), int(a, 16)) for a, t in
-             re.findall(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P\w+\s+BRA(?:\.\w+)*\s+0x([0-9a-f]+)", sass) if int(t, 16) < int(a, 16)]
-    lo, hi = max(loops, key=lambda r: r[1] - r[0])
     pending = False
-    for addr, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", sass):
-        if not lo <= int(addr, 16) <= hi:
-            continue
+    for text in main_loop_instructions(sass):
         if text.startswith("HGMMA"):
             if pending:
                 return False
@@ -107,3 +100,16 @@ def test_ptxas_serialization_report_matches_the_sass():
         said = bool(I.ptxas_wgmma_serialization(ck.asm["ptx"], "sm_90"))
         seen.append((v.kernel, said, _hgmma_pairs_fully_waited(I.sass_of(ck.asm["cubin"]))))
     assert seen and all(waited for _, said, waited in seen if said), [s for s in seen if s[1] and not s[2]]
+
+
+def test_sass_loop_tool_reports_a_config(capsys):
+    """tools.sass_loop (the command behind the per-config numbers in kernels_triton/README) on the sm_90 W8A16 GEMV
+    default at 1 token row: registers, spills, and its main loop's instruction count and barriers."""
+    pytest.importorskip("triton")
+    from tools import sass_loop
+
+    assert sass_loop.main(["gemv", "ROW", "0", "1,16,512,0,4"]) == 0
+    out = capsys.readouterr().out
+    assert "registers" in out and "spills 0 bytes" in out
+    n = int(out.split("main loop: ")[1].split()[0])
+    assert n > 50 and "FFMA" in out

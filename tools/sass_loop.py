@@ -1,0 +1,70 @@
+"""One Triton kernel config compiled ahead of time (no GPU), its main loop read from the SASS: the numbers the
+session-14 notes quote (kernels_triton/README: layout conversions, spills, wgmma serialization).
+
+    python -m tools.sass_loop gemv ROW 0 1,16,512,0,4          # scale layout, A_MODE (0 bf16 x, 1 fp8 x, 2 fused),
+    python -m tools.sass_loop gemv MX32 0 16,64,128,0,4,3      #   GemvConfig fields in order
+    python -m tools.sass_loop gemm ROW '{"block_m": 64, "block_n": 128, "block_k": 128, "num_warps": 4,
+        "num_stages": 4, "split_k": 0, "swap_ab": true, "tma": true}'     # W8A16 GEMM (bf16 x), GemmConfig JSON
+    [--arch sm_90] [--top 12]
+
+Prints registers, spill bytes (ptxas -v), whether ptxas serialized the wgmmas, and for the largest loop body its
+instruction count, barriers and most frequent opcodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import tempfile
+
+
+def _compile(kind: str, layout: str, spec: list[str], arch: str):
+    from dispatch.target import Target
+    from kernels_triton import isa as I
+    from kernels_triton._gemm_layouts import WScale
+
+    if kind == "gemv":
+        from kernels_triton.configs import GemvConfig
+        a_mode, fields = int(spec[0]), [int(v) for v in spec[1].split(",")]
+        v = I.gemv_variant("gemv", arch, WScale[layout], a_mode, GemvConfig(*fields))
+    else:
+        from kernels_triton._gemm_config import GemmConfig
+        from kernels_triton._gemm_isa import _w8a16_variant
+        v = _w8a16_variant(Target.simulated_for(arch), WScale[layout], "bf16", GemmConfig(**json.loads(spec[0])))
+    return I.compile_variant(v)
+
+
+def main(argv=None) -> int:
+    from dispatch.isa import main_loop_barriers, main_loop_instructions
+    from kernels_triton import isa as I
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kind", choices=("gemv", "gemm"))
+    ap.add_argument("layout", help="WScale name: TENSOR, ROW, BLOCK128, MX32")
+    ap.add_argument("spec", nargs="+", help="gemv: A_MODE and GemvConfig fields; gemm: GemmConfig as JSON")
+    ap.add_argument("--arch", default="sm_90", help="sm_80, sm_89 or sm_90")
+    ap.add_argument("--top", type=int, default=12)
+    a = ap.parse_args(argv)
+    ck = _compile(a.kind, a.layout, a.spec, a.arch)
+    sass = I.sass_of(ck.asm["cubin"])
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        res = subprocess.run([I._tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
+                             text=True).stdout
+    regs = re.search(r"REG:(\d+)", res)
+    serialized, spill = I.ptxas_verbose(ck.asm["ptx"], a.arch)
+    loop = main_loop_instructions(sass)
+    ops = collections.Counter(t.split()[0] for t in loop)
+    print(f"registers {regs.group(1) if regs else '?'}, spills {spill} bytes, wgmma serialized: "
+          f"{serialized or 'no'}")
+    print(f"main loop: {len(loop)} instructions, {main_loop_barriers(sass)} barriers")
+    print("  " + " ".join(f"{k}={v}" for k, v in ops.most_common(a.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
