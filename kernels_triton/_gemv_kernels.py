@@ -11,8 +11,8 @@ Two inner paths, chosen by the constexpr USE_DOT:
     scale group along K (32 mx, 128 block, BLOCK_K otherwise), so group scales broadcast without reshapes.
   - tensor cores (BLOCK_M >= 16): acc^T[BLOCK_N, BLOCK_M] = W_tile . x_tile^T, the weight as the wide (M)
     operand. bf16/fp16 MMA on exactly decoded codes, W8A8 included (no fp8 MMA: sm_90 fp8 wgmma
-    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32 (mxfp8:
-    one per 32-wide scale group, scaled by its 2^e in fp32).
+    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32 (mxfp8 with a
+    software pipeline: one per 32-wide scale group, scaled by its 2^e in fp32).
 
 Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_splitk_reduce.splitk_reduce` sums them
 in a fixed order (deterministic: no atomics on the output), adding the bias and casting.
@@ -203,12 +203,14 @@ def _gemv_kernel(
             if WSCALE == W_BLOCK:
                 # BLOCK_K divides 128: the whole tile is in K group k0 // 128.
                 sw = tl.load(ws_ptr + (offs_n // 128) * stride_wsn + k0 // 128, mask=n_ok, other=0.0)
-            if A_MODE == 0 and WSCALE == W_MX:
+            if A_MODE == 0 and WSCALE == W_MX and NUM_STAGES > 1:
                 # One dot per 32-wide MX group, its 2^e applied to the fp32 result. Folding 2^e into the decoded
-                # weight needs a [BLOCK_N, BLOCK_K // 32, 32] tile reshaped for the dot, and Triton moved that tile
-                # through shared memory with 11 barriers per K step (sm_90 SASS, 3 stages). Here every operand
-                # is a plain 2-D tile, and the scale a [BLOCK_N] vector as in the block128 path. Products stay
-                # exact: codes are exact in bf16 and fp16, so fp16 x needs no split.
+                # weight (below) needs a [BLOCK_N, BLOCK_K // 32, 32] tile reshaped for the dot, and with a
+                # software pipeline Triton moved that tile through shared memory with 11 barriers per K step
+                # (sm_90 SASS, 3 stages; 2 here). Every operand here is a plain 2-D tile, and the scale a [BLOCK_N]
+                # vector as in the block128 path. Products stay exact: codes are exact in bf16 and fp16, so fp16 x
+                # needs no split. Without pipelining the folded form is the leaner one (3 barriers against 8: each
+                # group's x tile is its own shared-memory operand).
                 offs_g = tl.arange(0, 32)
                 for gi in tl.static_range(BLOCK_K // 32):
                     kg = k0 + gi * 32 + offs_g
@@ -225,9 +227,26 @@ def _gemv_kernel(
                     acc += pg * e8m0_to_f32(e)[:, None]
             elif A_MODE == 0:
                 xv = tl.load(xptrs, mask=xmask, other=0.0)
-                wf = load_w_f32(w_ptr + offs_n[:, None] * K + kk[None, :], wmask, HW_FP8)
+                if WSCALE == W_MX:
+                    # 2^e folded into the decoded weight: exact in bf16 (same 8-bit exponent as fp32).
+                    j3 = tl.arange(0, BLOCK_K // 32)[None, :, None]
+                    kk3 = k0 + j3 * 32 + tl.arange(0, 32)[None, None, :]
+                    n3 = offs_n[:, None, None]
+                    w3 = load_w_f32(w_ptr + n3 * K + kk3, n_ok[:, None, None] & (kk3 < K), HW_FP8)
+                    e = tl.load(ws_ptr + n3 * stride_wsn + (k0 + j3 * 32) // 32,
+                                mask=n_ok[:, None, None] & ((k0 + j3 * 32) < K), other=127)
+                    wf = tl.reshape(w3 * e8m0_to_f32(e), (BLOCK_N, BLOCK_K))
+                else:
+                    wf = load_w_f32(w_ptr + offs_n[:, None] * K + kk[None, :], wmask, HW_FP8)
                 if IEEE_DOT:
                     part = tl.dot(wf, tl.trans(xv.to(tl.float32)), input_precision="ieee")
+                elif x_ptr.dtype.element_ty == tl.float16 and WSCALE == W_MX:
+                    # w * 2^e may overflow fp16: bf16 weight, x split exactly into bf16 hi + lo.
+                    xf = xv.to(tl.float32)
+                    hi = xf.to(tl.bfloat16)
+                    lo = (xf - hi.to(tl.float32)).to(tl.bfloat16)
+                    wb = wf.to(tl.bfloat16)
+                    part = tl.dot(wb, tl.trans(hi)) + tl.dot(wb, tl.trans(lo))
                 else:
                     part = tl.dot(wf.to(xv.dtype), tl.trans(xv))
                 if WSCALE == W_BLOCK:
