@@ -141,7 +141,9 @@ def _gemv_kernel(
         # accumulator, 4 registers a thread for a 16 x 512 tile instead of 64 (sm_90: 126 -> 62 registers, so
         # more programs fit an SM). Elsewhere that reshape would cross lanes (shuffles per tile), so the
         # accumulator keeps the tile's shape.
-        X_AS_W: tl.constexpr = A_MODE != 2 and NUM_STAGES == 1
+        # One token row only: at 4 and 8 the broadcast x rows add registers (sm_80 / sm_89 spilled 8-40 bytes a
+        # thread, ptxas -v), and at 2 the mxfp8 tile still converted (8 barriers).
+        X_AS_W: tl.constexpr = A_MODE != 2 and NUM_STAGES == 1 and BLOCK_M == 1
         if X_AS_W:
             acc3 = tl.zeros([BLOCK_N, KG, G // 16], dtype=tl.float32)
         else:
