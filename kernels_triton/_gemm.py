@@ -114,17 +114,20 @@ def _tile_rows(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
 
 @triton.jit
 def _k_tile_range(K, BLOCK_K: tl.constexpr, SPLIT_K, SPLIT: tl.constexpr):
-    """[lo, hi): the K tiles this program reduces (all of them without split-K; else the contiguous range
-    of split program_id(1), possibly empty when SPLIT_K does not divide the tile count)."""
+    """(lo, n): this program reduces K tiles lo .. lo + n - 1 (all of them without split-K; else the contiguous
+    range of split program_id(1)). n >= 1, and visibly so to LLVM: a loop that may run zero times gets a bypass
+    path that sets the accumulators to zero, and ptxas then serializes every wgmma of the kernel (C7515,
+    "non wgmma instructions defining accumulator registers"). So every program runs at least one tile: the
+    launcher never makes an empty split (GemmConfig.split_for), and K >= 1."""
     k_tiles = tl.cdiv(K, BLOCK_K)
     if SPLIT:
         per_split = tl.cdiv(k_tiles, SPLIT_K)
         lo = tl.program_id(1) * per_split
-        hi = tl.minimum(lo + per_split, k_tiles)
+        n = tl.maximum(tl.minimum(per_split, k_tiles - lo), 1)
     else:
         lo = 0
-        hi = k_tiles
-    return lo, hi
+        n = tl.maximum(k_tiles, 1)
+    return lo, n
 
 
 @triton.jit
@@ -251,7 +254,7 @@ def _w8a16_gemm_kernel(
     else:
         DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
+    kt_lo, kt_n = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
     enter(PDL)
     x_src, w_src = _k_tile_sources(x_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if WSCALE == _W_MX32:
@@ -267,7 +270,8 @@ def _w8a16_gemm_kernel(
     if SPLIT and not USE_TMA:
         x_src += kt_lo * BLOCK_K
         w_src += kt_lo * BLOCK_K
-    for kt in range(kt_lo, kt_hi):
+    for kt_i in range(0, kt_n):
+        kt = kt_lo + kt_i
         k0 = kt * BLOCK_K
         if WGMMA_DRAIN:
             wait_all(k0)
@@ -334,7 +338,7 @@ def _w8a8_gemm_kernel(
     no masks); otherwise plain pointers. SPLIT: split-K partials as in the W8A16 kernel. PDL: as there.
     """
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    kt_lo, kt_hi = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
+    kt_lo, kt_n = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
     enter(PDL)
     x_src, w_src = _k_tile_sources(xq_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if SCALES == _A8_GROUP_BLOCK:
@@ -345,7 +349,8 @@ def _w8a8_gemm_kernel(
     if SPLIT and not USE_TMA:
         x_src += kt_lo * BLOCK_K
         w_src += kt_lo * BLOCK_K
-    for kt in range(kt_lo, kt_hi):
+    for kt_i in range(0, kt_n):
+        kt = kt_lo + kt_i
         k0 = kt * BLOCK_K
         a, b = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
         if not HW_FP8:

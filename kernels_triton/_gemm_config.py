@@ -64,16 +64,21 @@ class GemmConfig(KernelConfig):
     def split_for(self, m: int, n: int, k: int, sm_count: int) -> int:
         """The split count a launch uses: the fixed split_k (at most one split per K tile), or for split_k = 0
         the largest power of two that keeps the tiles within one wave of `sm_count` programs, every split
-        >= 4 K tiles deep (enough for the pipeline), and the fp32 partials no larger than the fp8 weight."""
+        >= 4 K tiles deep (enough for the pipeline), and the fp32 partials no larger than the fp8 weight.
+        Then lowered to the splits that hold a tile: ceil(k_tiles / split) tiles per split leave the last
+        ones empty when it does not divide evenly (9 tiles, 4 splits: 3 + 3 + 3 + 0), and the kernels run at
+        least one tile per program (_gemm._k_tile_range). Same tiles per split, same sums."""
         k_tiles = -(-k // self.block_k)
         if self.split_k:
-            return max(1, min(self.split_k, k_tiles))
-        tiles = -(-m // self.block_m) * -(-n // self.block_n)
-        split = 1
-        while (tiles * split * 2 <= sm_count and k_tiles >= 4 * split * 2
-               and split * 2 * m * n * 4 <= n * k):
-            split *= 2
-        return split
+            split = max(1, min(self.split_k, k_tiles))
+        else:
+            tiles = -(-m // self.block_m) * -(-n // self.block_n)
+            split = 1
+            while (tiles * split * 2 <= sm_count and k_tiles >= 4 * split * 2
+                   and split * 2 * m * n * 4 <= n * k):
+                split *= 2
+        per_split = -(-k_tiles // split)
+        return -(-k_tiles // per_split)
 
     def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""

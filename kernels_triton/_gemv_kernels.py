@@ -11,7 +11,8 @@ Two inner paths, chosen by the constexpr USE_DOT:
     scale group along K (32 mx, 128 block, BLOCK_K otherwise), so group scales broadcast without reshapes.
   - tensor cores (BLOCK_M >= 16): acc^T[BLOCK_N, BLOCK_M] = W_tile . x_tile^T, the weight as the wide (M)
     operand. bf16/fp16 MMA on exactly decoded codes, W8A8 included (no fp8 MMA: sm_90 fp8 wgmma
-    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32.
+    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32 (mxfp8 with a
+    software pipeline: one per 32-wide scale group, scaled by its 2^e in fp32).
 
 Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_splitk_reduce.splitk_reduce` sums them
 in a fixed order (deterministic: no atomics on the output), adding the bias and casting.
@@ -133,10 +134,20 @@ def _gemv_kernel(
         n3 = offs_n[:, None, None]
         nok3 = n_ok[:, None, None]
         col = tl.arange(0, BLOCK_M)[None, :]
-        # BLOCK_M == 1 (the M = 1 decode step): products accumulate elementwise in a [BLOCK_N, KG, G] register
-        # tile and are reduced across K once after the loop. Reducing every K tile (the BLOCK_M > 1 path)
-        # costs cross-lane shuffles per tile that stall the weight stream. Same fp32 sums, another order.
-        acc3 = tl.zeros([BLOCK_N, KG, G], dtype=tl.float32)
+        # BLOCK_M == 1 (the M = 1 decode step): products accumulate in registers and are reduced across K once after
+        # the loop. Reducing every K tile (the BLOCK_M > 1 path) costs cross-lane shuffles per tile that stall the
+        # weight stream. Same fp32 sums, another order. Where x takes the weight's layout (X_AS_W, below), each
+        # thread's 16 contiguous products are first summed in its registers (FMA chains): a [BLOCK_N, KG, G // 16]
+        # accumulator, 4 registers a thread for a 16 x 512 tile instead of 64 (sm_90: 126 -> 62 registers, so
+        # more programs fit an SM). Elsewhere that reshape would cross lanes (shuffles per tile), so the
+        # accumulator keeps the tile's shape.
+        # One token row only: at 4 and 8 the broadcast x rows add registers (sm_80 / sm_89 spilled 8-40 bytes a
+        # thread, ptxas -v), and at 2 the mxfp8 tile still converted (8 barriers).
+        X_AS_W: tl.constexpr = A_MODE != 2 and NUM_STAGES == 1 and BLOCK_M == 1
+        if X_AS_W:
+            acc3 = tl.zeros([BLOCK_N, KG, G // 16], dtype=tl.float32)
+        else:
+            acc3 = tl.zeros([BLOCK_N, KG, G], dtype=tl.float32)
         for kt in tl.range(kt_lo, kt_hi, num_stages=NUM_STAGES):
             k0 = kt * BLOCK_K
             kidx = k0 + kk3
@@ -152,7 +163,18 @@ def _gemv_kernel(
             for mi in tl.static_range(BLOCK_M):
                 m = pid_m * BLOCK_M + mi
                 row_ok = m < M
-                xm = x_ptr + m * stride_xm + kidx
+                # x addressed over the weight tile's full [BLOCK_N, KG, G] shape (every weight row reads the same x,
+                # from L1): the x tile then takes the weight load's layout. A [1, KG, G] x tile gets a layout of its
+                # own (8-byte bf16 vectors against the weight's 16-byte fp8 ones), and Triton moved the whole weight
+                # tile into it through shared memory, with 8 barriers per K step (sm_90 SASS). Not when x is
+                # quantized here: that would quantize each x value once per weight row of the thread. Nor with a
+                # software pipeline: the weight then reaches registers through shared memory anyway (cp.async),
+                # and the compact x is the cheaper side (sm_90, 32 x 256, 3 stages: 257 instructions per K step
+                # against 337 with the broadcast x).
+                if not X_AS_W:
+                    xm = x_ptr + m * stride_xm + kidx
+                else:
+                    xm = x_ptr + m * stride_xm + kidx + n3 * 0
                 if A_MODE == 0:
                     xv = tl.load(xm, mask=k_ok & row_ok, other=0.0).to(tl.float32)
                 elif A_MODE == 1:
@@ -172,7 +194,9 @@ def _gemv_kernel(
                         xv = _code_value(xv, s_m, HW_FP8, HW_CVT)  # x scale applied in the epilogue
                     else:
                         xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
-                if BLOCK_M == 1:
+                if BLOCK_M == 1 and X_AS_W:
+                    acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3)
+                elif BLOCK_M == 1:
                     acc3 += w * xv
                 else:
                     part = tl.sum(tl.sum(w * xv, 2), 1)  # [BLOCK_N]
@@ -194,7 +218,29 @@ def _gemv_kernel(
             if WSCALE == W_BLOCK:
                 # BLOCK_K divides 128: the whole tile is in K group k0 // 128.
                 sw = tl.load(ws_ptr + (offs_n // 128) * stride_wsn + k0 // 128, mask=n_ok, other=0.0)
-            if A_MODE == 0:
+            if A_MODE == 0 and WSCALE == W_MX and NUM_STAGES > 1:
+                # One dot per 32-wide MX group, its 2^e applied to the fp32 result. Folding 2^e into the decoded
+                # weight (below) needs a [BLOCK_N, BLOCK_K // 32, 32] tile reshaped for the dot, and with a
+                # software pipeline Triton moved that tile through shared memory with 11 barriers per K step
+                # (sm_90 SASS, 3 stages; 2 here). Every operand here is a plain 2-D tile, and the scale a [BLOCK_N]
+                # vector as in the block128 path. Products stay exact: codes are exact in bf16 and fp16, so fp16 x
+                # needs no split. Without pipelining the folded form is the leaner one (3 barriers against 8: each
+                # group's x tile is its own shared-memory operand).
+                offs_g = tl.arange(0, 32)
+                for gi in tl.static_range(BLOCK_K // 32):
+                    kg = k0 + gi * 32 + offs_g
+                    g_ok = kg < K
+                    xg = tl.load(x_ptr + offs_m[:, None] * stride_xm + kg[None, :], mask=m_ok[:, None] & g_ok[None, :],
+                                 other=0.0)
+                    wg = load_w_f32(w_ptr + offs_n[:, None] * K + kg[None, :], n_ok[:, None] & g_ok[None, :], HW_FP8)
+                    e = tl.load(ws_ptr + offs_n * stride_wsn + (k0 + gi * 32) // 32,
+                                mask=n_ok & (k0 + gi * 32 < K), other=127)
+                    if IEEE_DOT:
+                        pg = tl.dot(wg, tl.trans(xg.to(tl.float32)), input_precision="ieee")
+                    else:
+                        pg = tl.dot(wg.to(xg.dtype), tl.trans(xg))
+                    acc += pg * e8m0_to_f32(e)[:, None]
+            elif A_MODE == 0:
                 xv = tl.load(xptrs, mask=xmask, other=0.0)
                 if WSCALE == W_MX:
                     # 2^e folded into the decoded weight: exact in bf16 (same 8-bit exponent as fp32).

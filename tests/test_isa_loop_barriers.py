@@ -113,3 +113,35 @@ def test_sass_loop_tool_reports_a_config(capsys):
     assert "registers" in out and "spills 0 bytes" in out
     n = int(out.split("main loop: ")[1].split()[0])
     assert n > 50 and "FFMA" in out
+
+
+def test_no_sm90_gemm_has_its_wgmmas_serialized():
+    """ptxas serializes no wgmma of the Triton GEMMs on sm_90: the report's variants and every W8A16 / W8A8 GEMM config
+    of the shipped H200 table (13 of its 34 W8A16 GEMM entries ran serialized configs before the K loop was made to
+    run at least once, kernels_triton._gemm._k_tile_range)."""
+    pytest.importorskip("triton")
+    import json
+    import pathlib
+
+    import yaml
+
+    from dispatch.target import Target
+    from kernels_triton import isa as I
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_isa import _w8a16_variant, gemm_isa_variants
+    from kernels_triton._gemm_layouts import WScale
+
+    variants = list(gemm_isa_variants(("sm_90",)))
+    table = yaml.safe_load((pathlib.Path(__file__).parents[1] / "tuning_db" / "nvidia_h200.yaml").read_text())
+    pairs = {(e["format"], json.dumps(e["config"], sort_keys=True)) for e in table["entries"]
+             if e["impl"] == "triton.w8a16_gemm"}
+    t = Target.simulated_for("sm_90")
+    for fmt, cfg in sorted(pairs):
+        ws = {"fp8_row": WScale.ROW, "mxfp8": WScale.MX32, "fp8_tensor": WScale.TENSOR}[fmt]
+        variants.append(_w8a16_variant(t, ws, "bf16", GemmConfig(**json.loads(cfg))))
+    serialized = []
+    for v in variants:
+        ck = I.compile_variant(v)
+        if "wgmma.mma_async" in ck.asm["ptx"] and I.ptxas_wgmma_serialization(ck.asm["ptx"], "sm_90"):
+            serialized.append(v.kernel)
+    assert len(variants) > 20 and not serialized, serialized

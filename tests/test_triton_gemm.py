@@ -223,3 +223,18 @@ def test_w8a16_small_m_space_offers_fixed_split_k_in_the_tuned_prefix():
     assert not any(c.split_k > 1 for c in w8a16_configs(t, WScale.BLOCK128, False, 4096, 64))
     for arch in ("sm_80", "sm_89", "gfx1201"):
         assert not any(c.split_k > 1 for c in w8a16_configs(Target.simulated_for(arch), WScale.ROW, False, 4096, 64))
+
+
+def test_split_for_never_leaves_a_split_without_a_k_tile():
+    """The GEMM kernels run at least one K tile per program (_gemm._k_tile_range: a loop that may run zero times makes
+    ptxas serialize every wgmma), so the launcher's split count must give each split a tile: ceil(k_tiles / split)
+    tiles per split, fixed or automatic, never more splits than requested."""
+    from kernels_triton._gemm_config import GemmConfig
+
+    for split_k in (0, 2, 3, 4, 5, 8):
+        cfg = GemmConfig(block_m=64, block_n=64, block_k=128, split_k=split_k)
+        for k_tiles in range(1, 300):
+            for m, n in ((16, 4096), (64, 1024), (256, 28672)):
+                split = cfg.split_for(m, n, k_tiles * 128, 132)
+                per = -(-k_tiles // split)
+                assert 1 <= split <= (split_k or split) and (split - 1) * per < k_tiles, (split_k, k_tiles, m, n, split)

@@ -63,9 +63,10 @@ def check_close(y: torch.Tensor, x: torch.Tensor, qw, bias, rel: float) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Interpreter (CPU)
 
-INTERP_CONFIGS = [  # (block_m, block_n, block_k, split_k, fuse): FMA and dot paths, split-K 1..3
+INTERP_CONFIGS = [  # (block_m, block_n, block_k, split_k, fuse[, num_stages]): FMA and dot paths, split-K 1..3
     (1, 16, 128, 1, True), (2, 16, 128, 3, True), (4, 32, 256, 2, True), (1, 16, 32, 0, False),
     (16, 16, 128, 2, True), (16, 32, 64, 1, False), (16, 16, 32, 3, False),
+    (16, 32, 128, 2, False, 3),  # pipelined: mxfp8 takes its per-group dots there
 ]
 
 
@@ -78,7 +79,7 @@ def test_interp_gemv_matches_reference(fa, m, n, k, cfg_t, with_bias, dtype, see
     from kernels_triton.configs import GemvConfig
 
     fmt, act = fa
-    cfg = GemvConfig(*cfg_t[:4], fuse_act_quant=cfg_t[4])
+    cfg = GemvConfig(*cfg_t[:4], fuse_act_quant=cfg_t[4], num_stages=cfg_t[5] if len(cfg_t) > 5 else 1)
     qw = dispatch.quantize(make_weight(n, k, seed), fmt, act=act)
     why = cfg.legal_for(group_k_of(qw.format), act == "fp8" and fmt == "fp8_block")
     if why:  # the config space never offers such a config: check that the launcher refuses it loudly
@@ -367,3 +368,29 @@ def test_default_fma_configs_compile_without_spills_on_every_target():
                 if not row.compiled or row.spills:
                     bad.append((arch, fmt, act, m, cfg, row.spills, row.error[:80]))
     assert not bad, bad
+
+
+@pytest.mark.skipif(INTERP, reason="AOT compile test")
+def test_decode_main_loops_convert_no_layouts_through_shared_memory_on_sm90():
+    """sm_90 SASS of the decode kernel's CUDA-core path (x read in bf16 or as fp8 codes, 1 token row, no software
+    pipeline): no CTA barrier in the K loop (dispatch.isa.main_loop_barriers). Before session 14 a layout
+    conversion moved the weight tile through shared memory there, 4-8 barriers per K step. mxfp8 keeps 2 (its scale
+    vector's conversion, small). At 2-8 rows the kernel keeps main's code (the broadcast x spilled on sm_80 / sm_89
+    at 4 and 8). The 3-stage mxfp8 tensor-core path: its pipeline's 2 (11 before)."""
+    from kernels_triton._gemm_layouts import WScale
+    from kernels_triton.configs import GemvConfig
+    from kernels_triton.isa import compile_and_inspect, gemv_variant
+
+    got = {}
+    for ws in WScale:
+        for a_mode in (0, 1):
+            if a_mode == 1 and ws is WScale.MX32:
+                continue  # mxfp8 is W8A16 only
+            for cfg in (GemvConfig(1, 16, 512), GemvConfig(1, 32, 256), GemvConfig(1, 64, 128)):
+                row = compile_and_inspect(gemv_variant("t", "sm_90", ws, a_mode, cfg, direct=ws is not WScale.TENSOR))
+                assert row.compiled, row.error
+                got[(ws.name, a_mode, cfg.block_m, cfg.block_n)] = row.loop_barriers
+    want = {k: (2 if k[0] == "MX32" else 0) for k in got}
+    assert got == want
+    mma3 = compile_and_inspect(gemv_variant("t", "sm_90", WScale.MX32, 0, GemvConfig(16, 64, 128, 0, 4, 3)))
+    assert mma3.compiled and mma3.loop_barriers <= 2, mma3
