@@ -18,6 +18,14 @@ settings.register_profile("gpu", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+
+# Under xdist each worker's torch starts one CPU thread per core: 12 GPU-test workers on the H200 host's 16 cores
+# make 192 threads. In session 15 four real-size quantizer tests hit their 140 s limit inside plain CPU tensor ops
+# that build their inputs (the likely cause: that oversubscription). Each worker gets its share of the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("FP8DISPATCH_SHARED_DATA", REPO.parent / "shared" / "data"))
 
