@@ -164,10 +164,14 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             space.insert(0, space.pop(2))
     if wide:
         space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] + tc[:1] if c.num_stages == 1]
-        if m <= 2 and problem.act.value != "fp8":  # W8A8 takes its own default below
+        if m <= 2 and problem.act.value != "fp8" and (m == 2 or group_k == 32):  # W8A8: its own default below
             # H200, session 11 (quick pass, every config on 16 W8A16 cells at M = 1): 16 rows x 512 deep took a median
             # 1.03x (at most 1.24x) the cell's best, against 1.26x (1.48x) for the 32 x 256 tile that led before
             # (tools/perf/config_ranks.py on docs/perf/h200_triton_gemv_journal_m1_4_2026-11-30_s11.jsonl.gz).
+            # Session 15, after the 1-row tiles stopped converting layouts through shared memory: at M = 1 the
+            # 32 x 256 tile is back in front for the layouts without 32-groups (fp8_row: median 1.00x, worst 1.02x of
+            # the cell's best, against 1.05x / 1.19x for 16 x 512), while mxfp8 keeps 16 x 512 (1.00x / 1.02x, against
+            # 1.02x / 1.14x); docs/perf/h200_triton_gemv_journal_m1_2026-11-30_s15.jsonl.gz. M = 2 was not re-measured.
             space = _first(GemvConfig(bm, 16, 512, 0, 4), space)
     if problem.act.value == "fp8":
         # Row-wise fusion (per-token / per-tensor) rereads whole x rows in every program: fine for M <= 4.
@@ -186,6 +190,11 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # formats), 27 in this 3-stage form (quick pass: median 1.00x of each cell's best, at most 1.16x); at
             # M = 1 1.02-1.32x faster than the FMA configs of before
             space = _first(dataclasses.replace(tc[0], num_stages=3, fuse_act_quant=False), space)
+        if wide and m == 1:
+            # Session 15: with the 1-row FMA tile free of layout conversions, its unfused form won 20 of 24 W8A8
+            # cells at M = 1 (median 1.00x, worst 1.03x of the cell's best; the 3-stage tensor-core tile above
+            # 1.11x / 1.24x); docs/perf/h200_triton_gemv_journal_m1_2026-11-30_s15.jsonl.gz
+            space = _first(GemvConfig(1, 32, 256, 0, 4, fuse_act_quant=False), space)
     seen: list[GemvConfig] = []
     for c in space:
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):

@@ -67,6 +67,42 @@ def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
 
 
+def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
+    """The one-row priors (dispatch.heuristic.ONE_ROW_PRIORS) are the same fit: the Triton GEMVs' to session 15's
+    M = 1 measurement of the changed 1-row tiles, the CUDA GEMVs' to the shipped table's M = 1 entries; the heuristic
+    uses them at M = 1 only."""
+    import json
+
+    from dispatch import registry
+    from dispatch.formats import Act, Format
+    from dispatch.heuristic import MEASURED_PRIORS, ONE_ROW_PRIORS, prior_of
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+    from tools.perf.fit_priors import fit
+
+    fits = fit(json.loads((REPO / "docs/perf/h200_candidates_triton_gemv_m1_2026-11-30_s15.json").read_text()), ms=(1,))
+    assert len(fits) == 5
+    for f in fits:
+        assert f.cells == 8
+        pr = ONE_ROW_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    # the CUDA GEMVs' one-row terms: the same fit to the shipped H200 table's M = 1 entries
+    import yaml
+    entries = yaml.safe_load((REPO / "tuning_db/nvidia_h200.yaml").read_text())["entries"]
+    table = {"problems": [dict(format=e["format"], act=e["act"], n=e["n"], k=e["k"], m=e["m_bucket"], winner=e["impl"],
+                               us=e["us"]) for e in entries if e["impl"].startswith("cuda.w8a")]}
+    cuda_fits = fit(table, ms=(1,))
+    assert len(cuda_fits) == 5
+    for f in cuda_fits:
+        pr = ONE_ROW_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    gemv = {c.id: c for c in registry.candidates()}["triton.w8a16_gemv"]
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    for m, table in ((1, ONE_ROW_PRIORS), (2, MEASURED_PRIORS), (16, MEASURED_PRIORS)):
+        p = Problem(Format.MXFP8, Act.BF16, m, 4096, 4096)
+        assert prior_of(gemv, p, t) == table[("triton.w8a16_gemv", Format.MXFP8)], m
+
+
 
 def test_cells_from_journals_prefer_the_final_stage_and_the_latest_code():
     """tools.heuristic_eval.results_from_journals (what `--write-cells` writes as docs/perf/h200_candidates_*.json):

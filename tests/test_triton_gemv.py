@@ -323,18 +323,23 @@ def test_w8a8_decode_space_offers_the_unfused_tensor_core_tile():
         for m in (1, 4):
             p = Problem(fmt, Act.FP8, m=m, n=4096, k=4096)
             h200 = gemv_configs(p, Target.simulated_for("sm_90"), group_k)
-            assert h200[0] == GemvConfig(16, 64, 128, 0, 4, 3, fuse_act_quant=False), (fmt, m, h200[0])
+            # at M = 1 the 1-row FMA tile, unfused, leads since session 15 (see configs.gemv_configs)
+            want = GemvConfig(1, 32, 256, 0, 4, fuse_act_quant=False) if m == 1 else \
+                GemvConfig(16, 64, 128, 0, 4, 3, fuse_act_quant=False)
+            assert h200[0] == want, (fmt, m, h200[0])
+            assert GemvConfig(16, 64, 128, 0, 4, 3, fuse_act_quant=False) in h200
             a100 = gemv_configs(p, Target.simulated_for("sm_80"), group_k)
             assert not a100[0].use_dot, (fmt, m, a100[0])
             for space in (h200, a100):
                 fused_dot = [c for c in space if c.use_dot and c.fuse_act_quant]
                 assert fused_dot and all(dataclasses.replace(c, fuse_act_quant=False) in space for c in fused_dot)
-    # W8A16 at M = 1: an FMA default (on sm_90 the 16 x 512 tile, session 11's quick pass: median 1.03x of each
-    # cell's best against 1.26x for the 32 x 256 tile, which stays the default where unmeasured); the tensor-core
-    # tile is offered
+    # W8A16 at M = 1: an FMA default (on sm_90 session 15's pick per layout: 32 x 256 without 32-groups, 16 x 512
+    # for mxfp8; 32 x 256 where unmeasured); the tensor-core tile is offered
     p = Problem(Format.FP8_ROW, Act.BF16, m=1, n=4096, k=4096)
     space = gemv_configs(p, Target.simulated_for("sm_90"), 0)
-    assert (space[0].block_m, space[0].block_n, space[0].block_k) == (1, 16, 512) and any(c.use_dot for c in space)
+    assert (space[0].block_m, space[0].block_n, space[0].block_k) == (1, 32, 256) and any(c.use_dot for c in space)
+    mx = gemv_configs(Problem(Format.MXFP8, Act.BF16, m=1, n=4096, k=4096), Target.simulated_for("sm_90"), 32)
+    assert (mx[0].block_m, mx[0].block_n, mx[0].block_k) == (1, 16, 512)
     assert gemv_configs(p, Target.simulated_for("sm_80"), 0)[0] == GemvConfig(1, 32, 256, 0, 4)
 
 

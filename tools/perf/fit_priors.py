@@ -4,7 +4,7 @@ Triton GEMV priors were refit to in session 11):
     us = bytes / (mem_gbps x bw_eff) + fixed_us,  bytes = dispatch.heuristic.call_bytes (codes + scales, x, y: bf16)
 
 by least squares per (candidate, format/act) over every measured cell, then the largest relative residual and the
-shipped prior next to it (`dispatch.heuristic.MEASURED_PRIORS`).
+shipped prior next to it (`dispatch.heuristic.MEASURED_PRIORS`; with `--m 1`, `ONE_ROW_PRIORS` where it has the pair).
 
     python -m tools.perf.fit_priors docs/perf/h200_triton_gemv_summary_2026-11-30_s11.json
     python -m tools.perf.fit_priors docs/perf/h200_candidates_triton_gemm_decode_2026-11-30_s12.json --m 1,4,16
@@ -85,7 +85,7 @@ def fit(data: dict[str, Any], arch: str = "sm_90", ms: tuple[int, ...] | None = 
 
 def main(argv: list[str] | None = None) -> None:
     from dispatch.formats import Format
-    from dispatch.heuristic import MEASURED_PRIORS
+    from dispatch.heuristic import MEASURED_PRIORS, ONE_ROW_PRIORS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path")
@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| candidate | format/act | cells | bw_eff | fixed us | worst residual | shipped prior (bw_eff / fixed) |")
     print("|---|---|---|---|---|---|---|")
     for f in fit(json.load(open(a.path)), a.arch, ms):
-        pr = MEASURED_PRIORS.get((f.candidate, Format(f.fmt)))
+        pair = (f.candidate, Format(f.fmt))
+        pr = (ONE_ROW_PRIORS.get(pair) if ms == (1,) else None) or MEASURED_PRIORS.get(pair)
         shipped = f"{pr.bw_eff:.2f} / {pr.fixed_us:.1f}" if pr else "-"
         print(f"| {f.candidate} | {f.fmt}/{f.act} | {f.cells} | {f.bw_eff:.2f} | {f.fixed_us:.1f} | "
               f"{100 * f.max_rel_residual:.0f} % | {shipped} |")
