@@ -5,7 +5,9 @@ session-14 notes quote (kernels_triton/README: layout conversions, spills, wgmma
     python -m tools.sass_loop gemv MX32 0 16,64,128,0,4,3      #   GemvConfig fields in order
     python -m tools.sass_loop gemm ROW '{"block_m": 64, "block_n": 128, "block_k": 128, "num_warps": 4,
         "num_stages": 4, "split_k": 0, "swap_ab": true, "tma": true}'     # W8A16 GEMM (bf16 x), GemmConfig JSON
-    [--arch sm_90] [--top 12]
+    python -m tools.sass_loop gemm8 GROUP_BLOCK '{"block_m": 128, "block_n": 128, "block_k": 128, "num_warps": 8,
+        "num_stages": 4, "tma": true}'                                      # W8A8 GEMM: A8Scales name, GemmConfig
+    [--arch sm_90] [--top 12] [--show]                                     # --show: print the loop's instructions
 
 Prints registers, spill bytes (ptxas -v), whether ptxas serialized the wgmmas, and for the largest loop body its
 instruction count, barriers and most frequent opcodes.
@@ -30,6 +32,11 @@ def _compile(kind: str, layout: str, spec: list[str], arch: str):
         from kernels_triton.configs import GemvConfig
         a_mode, fields = int(spec[0]), [int(v) for v in spec[1].split(",")]
         v = I.gemv_variant("gemv", arch, WScale[layout], a_mode, GemvConfig(*fields))
+    elif kind == "gemm8":
+        from kernels_triton._gemm_config import GemmConfig
+        from kernels_triton._gemm_isa import _w8a8_variant
+        from kernels_triton._gemm_layouts import A8Scales
+        v = _w8a8_variant(Target.simulated_for(arch), A8Scales[layout], GemmConfig(**json.loads(spec[0])))
     else:
         from kernels_triton._gemm_config import GemmConfig
         from kernels_triton._gemm_isa import _w8a16_variant
@@ -42,11 +49,13 @@ def main(argv=None) -> int:
     from kernels_triton import isa as I
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=("gemv", "gemm"))
-    ap.add_argument("layout", help="WScale name: TENSOR, ROW, BLOCK128, MX32")
-    ap.add_argument("spec", nargs="+", help="gemv: A_MODE and GemvConfig fields; gemm: GemmConfig as JSON")
+    ap.add_argument("kind", choices=("gemv", "gemm", "gemm8"))
+    ap.add_argument("layout", help="gemv, gemm: WScale name (TENSOR, ROW, BLOCK128, MX32); gemm8: A8Scales name "
+                    "(TENSOR_TENSOR, TOKEN_ROW, GROUP_BLOCK)")
+    ap.add_argument("spec", nargs="+", help="gemv: A_MODE and GemvConfig fields; gemm, gemm8: GemmConfig as JSON")
     ap.add_argument("--arch", default="sm_90", help="sm_80, sm_89 or sm_90")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--show", action="store_true", help="also print the main loop's instructions")
     a = ap.parse_args(argv)
     ck = _compile(a.kind, a.layout, a.spec, a.arch)
     sass = I.sass_of(ck.asm["cubin"])
@@ -63,6 +72,8 @@ def main(argv=None) -> int:
           f"{serialized or 'no'}")
     print(f"main loop: {len(loop)} instructions, {main_loop_barriers(sass)} barriers")
     print("  " + " ".join(f"{k}={v}" for k, v in ops.most_common(a.top)))
+    if a.show:
+        print("\n".join(loop))
     return 0
 
 
