@@ -113,6 +113,11 @@ def test_sass_loop_tool_reports_a_config(capsys):
     assert "registers" in out and "spills 0 bytes" in out
     n = int(out.split("main loop: ")[1].split()[0])
     assert n > 50 and "FFMA" in out
+    # the W8A8 GEMM (fp8 wgmma: QGMMA) with its loop printed
+    cfg = '{"block_m": 64, "block_n": 128, "block_k": 128, "num_warps": 4, "num_stages": 3, "tma": true}'
+    assert sass_loop.main(["gemm8", "GROUP_BLOCK", cfg, "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "spills 0 bytes" in out and "QGMMA.64x128x32" in out.split("main loop: ")[1].split("\n", 2)[2]
 
 
 def test_no_sm90_gemm_has_its_wgmmas_serialized():
