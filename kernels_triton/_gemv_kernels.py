@@ -194,7 +194,7 @@ def _gemv_kernel(
                         xv = _code_value(xv, s_m, HW_FP8, HW_CVT)  # x scale applied in the epilogue
                     else:
                         xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
-                if BLOCK_M == 1 and X_AS_W:
+                if X_AS_W:  # (BLOCK_M == 1)
                     acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3)
                 elif BLOCK_M == 1:
                     acc3 += w * xv

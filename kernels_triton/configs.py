@@ -170,7 +170,7 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # (tools/perf/config_ranks.py on docs/perf/h200_triton_gemv_journal_m1_4_2026-11-30_s11.jsonl.gz).
             # Session 15, after the 1-row tiles stopped converting layouts through shared memory: at M = 1 the
             # 32 x 256 tile is back in front for the layouts without 32-groups (fp8_row: median 1.00x, worst 1.02x of
-            # the cell's best, against 1.05x / 1.19x for 16 x 512), while mxfp8 keeps 16 x 512 (1.00x / 1.02x, against
+            # the cell's best, against 1.04x / 1.19x for 16 x 512), while mxfp8 keeps 16 x 512 (1.00x / 1.02x, against
             # 1.02x / 1.14x); docs/perf/h200_triton_gemv_journal_m1_2026-11-30_s15.jsonl.gz. M = 2 was not re-measured.
             space = _first(GemvConfig(bm, 16, 512, 0, 4), space)
     if problem.act.value == "fp8":

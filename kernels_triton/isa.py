@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from dispatch.isa import IsaRow, gcn_main_loop_barriers, main_loop_barriers, wgmma_register_hazards
 from dispatch.target import Target
@@ -166,11 +166,17 @@ _PTX_MMA = (("wgmma", r"wgmma\.mma_async[.a-z0-9_]*?\.f32\.(\w+)\.(\w+)"),
 _GCN_MMA = (("v_wmma", r"v_wmma_f32_\w+?_(fp8_fp8|bf16|f16)\b"),)
 
 
-def ptxas_verbose(ptx: str, arch: str) -> tuple[str, int]:
-    """ptxas -v on `ptx` for `arch` ("sm_90" compiles as sm_90a, as Triton does): (its reason for serializing the
-    wgmmas, or "", and the bytes of spill stores + loads). Triton compiles without -v, so neither shows otherwise:
-    a serialized kernel makes each wgmma wait for the one before (info C7515; SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
-    after every HGMMA), and spills go to the stack frame, which cuobjdump's LOCAL count does not include."""
+class PtxasInfo(NamedTuple):
+    serialized: str  # ptxas's reason for serializing the kernel's wgmmas (info C7515), or ""
+    spill_bytes: int  # spill stores + loads
+    registers: int  # per thread (0 if ptxas did not say)
+
+
+def ptxas_verbose(ptx: str, arch: str) -> PtxasInfo:
+    """ptxas -v on `ptx` for `arch` ("sm_90" compiles as sm_90a, as Triton does). Triton compiles without -v, so
+    neither finding shows otherwise: a serialized kernel makes each wgmma wait for the one before (info C7515; SASS:
+    WARPGROUP.DEPBAR.LE gsb0, 0x0 after every HGMMA), and spills go to the stack frame, which cuobjdump's LOCAL count
+    does not include."""
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
         with open(src, "w") as f:
@@ -181,12 +187,8 @@ def ptxas_verbose(ptx: str, arch: str) -> tuple[str, int]:
 
     log = r.stdout + r.stderr
     m = re.search(r"\(C7515\) Potential Performance Loss: (.*?)(?: in the function|$)", log, re.M)
-    return (m.group(1).strip() if m else ""), ptxas_resources(log).get("spill_bytes", 0)
-
-
-def ptxas_wgmma_serialization(ptx: str, arch: str) -> str:
-    """ptxas's reason for serializing the wgmmas of `ptx`, or "" (ptxas_verbose)."""
-    return ptxas_verbose(ptx, arch)[0]
+    res = ptxas_resources(log)
+    return PtxasInfo(m.group(1).strip() if m else "", res.get("spill_bytes", 0), res.get("registers", 0))
 
 
 def sass_of(cubin: bytes) -> str:
@@ -225,7 +227,7 @@ def _inspect_cuda(ck) -> dict[str, Any]:
             res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
                                  text=True, timeout=60)
         mm = re.search(r"LOCAL:(\d+)", res.stdout)
-        serialized, spilled = ptxas_verbose(ptx, f"sm_{ck.metadata.target.arch}")
+        serialized, spilled, _ = ptxas_verbose(ptx, f"sm_{ck.metadata.target.arch}")
         spills = (int(mm.group(1)) if mm else 0) + spilled  # local arrays + stack-frame spills
         sass = sass_of(ck.asm["cubin"])
         barriers = main_loop_barriers(sass)

@@ -85,7 +85,7 @@ def _hgmma_pairs_fully_waited(sass: str) -> bool:
 
 
 def test_ptxas_serialization_report_matches_the_sass():
-    """Where kernels_triton.isa.ptxas_wgmma_serialization (the report's "wgmma ser") says ptxas serialized a sm_90
+    """Where kernels_triton.isa.ptxas_verbose (the report's "wgmma ser") says ptxas serialized a sm_90
     wgmma GEMM (its info C7515), the SASS retires each HGMMA group before the next issues. (The converse does not
     hold: a kernel with one group per K step shows the same pattern from the K step's own wait.)"""
     pytest.importorskip("triton")
@@ -97,7 +97,7 @@ def test_ptxas_serialization_report_matches_the_sass():
         ck = I.compile_variant(v)
         if "wgmma.mma_async" not in ck.asm["ptx"]:
             continue
-        said = bool(I.ptxas_wgmma_serialization(ck.asm["ptx"], "sm_90"))
+        said = bool(I.ptxas_verbose(ck.asm["ptx"], "sm_90").serialized)
         seen.append((v.kernel, said, _hgmma_pairs_fully_waited(I.sass_of(ck.asm["cubin"]))))
     assert seen and all(waited for _, said, waited in seen if said), [s for s in seen if s[1] and not s[2]]
 
@@ -147,6 +147,6 @@ def test_no_sm90_gemm_has_its_wgmmas_serialized():
     serialized = []
     for v in variants:
         ck = I.compile_variant(v)
-        if "wgmma.mma_async" in ck.asm["ptx"] and I.ptxas_wgmma_serialization(ck.asm["ptx"], "sm_90"):
+        if "wgmma.mma_async" in ck.asm["ptx"] and I.ptxas_verbose(ck.asm["ptx"], "sm_90").serialized:
             serialized.append(v.kernel)
     assert len(variants) > 20 and not serialized, serialized

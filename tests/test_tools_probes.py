@@ -125,3 +125,16 @@ def test_cells_from_journals_prefer_the_final_stage_and_the_latest_code():
     (cell,) = results_from_journals([first, second])["main"]
     assert (cell["format"], cell["act"], cell["n"], cell["k"], cell["m"]) == ("fp8_row", "bf16", 64, 128, 16)
     assert sorted((r["route"], r["us"]) for r in cell["rows"]) == [("t.gemm", 6.5), ("t.gemm", 9.0), ("t.gemv", 4.0)]
+
+
+def test_ab_vs_bf16_reproduces_session_15s_issue3_decode_speedups():
+    """docs/perf/h200_s15_2026-11-30.md quotes fp8_row/bf16 at M = 1 as 1.48x and 1.49x bf16 on 4096x4096 and 6144x4096
+    (session 15's changed 1-row GEMV against session 11's bf16 times): tools.perf.ab_vs_bf16 derives them."""
+    from tools.perf.ab_vs_bf16 import rows
+
+    got = {(f, a, n, k): sp for f, a, n, k, m, us, pct, sp in rows(
+        str(REPO / "docs/perf/h200_triton_ab_2026-11-30_s15.jsonl"), "gemv_m1", "new",
+        str(REPO / "docs/perf/h200_triton_gemv_summary_2026-11-30_s11.json"))}
+    assert len(got) == 40
+    assert round(got[("fp8_row", "bf16", 4096, 4096)], 2) == 1.48 and round(got[("fp8_row", "bf16", 6144, 4096)], 2) == 1.49
+    assert max(sp for (f, a, n, k), sp in got.items() if (n, k) in ((4096, 4096), (6144, 4096))) < 1.5

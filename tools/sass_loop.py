@@ -18,9 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
-import subprocess
-import tempfile
 
 
 def _compile(kind: str, layout: str, spec: list[str], arch: str):
@@ -59,17 +56,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     ck = _compile(a.kind, a.layout, a.spec, a.arch)
     sass = I.sass_of(ck.asm["cubin"])
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(ck.asm["cubin"])
-        f.flush()
-        res = subprocess.run([I._tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
-                             text=True).stdout
-    regs = re.search(r"REG:(\d+)", res)
-    serialized, spill = I.ptxas_verbose(ck.asm["ptx"], a.arch)
+    info = I.ptxas_verbose(ck.asm["ptx"], a.arch)
     loop = main_loop_instructions(sass)
     ops = collections.Counter(t.split()[0] for t in loop)
-    print(f"registers {regs.group(1) if regs else '?'}, spills {spill} bytes, wgmma serialized: "
-          f"{serialized or 'no'}")
+    print(f"registers {info.registers or '?'}, spills {info.spill_bytes} bytes, wgmma serialized: "
+          f"{info.serialized or 'no'}")
     print(f"main loop: {len(loop)} instructions, {main_loop_barriers(sass)} barriers")
     print("  " + " ".join(f"{k}={v}" for k, v in ops.most_common(a.top)))
     if a.show:
