@@ -327,7 +327,7 @@ def _w8a8_gemm_kernel(
     SCALES: tl.constexpr, HAS_BIAS: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
     """y[M, N] = (xq * xs) @ (w * ws)^T (+ bias); xq, w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -336,6 +336,12 @@ def _w8a8_gemm_kernel(
     USE_TMA: xq_ptr / w_ptr are host tensor descriptors with [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]
     blocks (sm_90 TMA bulk copies; out-of-bounds rows and the K tail are zero-filled by the hardware, so
     no masks); otherwise plain pointers. SPLIT: split-K partials as in the W8A16 kernel. PDL: as there.
+    WARP_SPEC (sm_90, TMA only): Triton's Hopper warp specialization of the K loop: one producer warpgroup
+    issues the TMA copies, num_warps = 4 becomes two consumer warpgroups that split the tile (12 warps in
+    all, registers rebalanced with setmaxnreg). A consumer's promotion (GROUP_BLOCK: the wait for each K
+    tile's fresh product and its scaling) then overlaps the other consumer's wgmmas and the producer's copies,
+    the structure DeepGEMM builds by hand. With WARP_SPEC = False the loop compiles to the same SASS as a
+    plain range loop (checked on sm_90).
     """
     pid_m, pid_n, offs_m, offs_n, offs_k, rows_m, rows_n = _tile_rows(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     kt_lo, kt_n = _k_tile_range(K, BLOCK_K, SPLIT_K, SPLIT)
@@ -343,13 +349,21 @@ def _w8a8_gemm_kernel(
     x_src, w_src = _k_tile_sources(xq_ptr, w_ptr, rows_m, rows_n, offs_k, stride_xm, stride_wn, USE_TMA)
     if SCALES == _A8_GROUP_BLOCK:
         xs_row = xs_ptr + rows_m.to(tl.int64) * stride_xs
-        ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
+        if BLOCK_N <= _BLOCK:
+            # A tile of <= 128 columns lies inside one 128-row weight block (BLOCK_N is a power of two and
+            # pid_n * BLOCK_N a multiple of it), so its weight scale is one scalar per K group: one load and
+            # one FFMA per accumulator element, where a [BLOCK_N] vector cost a load per column a thread holds
+            # and an extra FMUL per element (sm_90 SASS of 128 x 128 x 128: 34 -> 3 loads per K tile).
+            # Wrapped edge columns (rows_n) may belong to another block; they are never stored.
+            ws_blk = ws_ptr + ((pid_n * BLOCK_N) // _BLOCK) * stride_ws
+        else:
+            ws_row = ws_ptr + (rows_n // _BLOCK) * stride_ws
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
     if SPLIT and not USE_TMA:
         x_src += kt_lo * BLOCK_K
         w_src += kt_lo * BLOCK_K
-    for kt_i in range(0, kt_n):
+    for kt_i in tl.range(0, kt_n, warp_specialize=WARP_SPEC):
         kt = kt_lo + kt_i
         k0 = kt * BLOCK_K
         a, b = _load_k_tile(x_src, w_src, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, offs_k, K, USE_TMA)
@@ -361,13 +375,24 @@ def _w8a8_gemm_kernel(
             # DeepSeek-V3 fine-grained scaling: the 128-deep partial product of group g, promoted to
             # fp32 and scaled by s_x[m, g] * s_w[n // 128, g] (BLOCK_K divides 128).
             sx = tl.load(xs_row + k0 // _BLOCK)
-            sw = tl.load(ws_row + k0 // _BLOCK)
-            acc += _mma(a, b, None, False, DOT_F32) * (sx[:, None] * sw[None, :])
+            if BLOCK_N <= _BLOCK:
+                s = sx * tl.load(ws_blk + k0 // _BLOCK)
+                acc += _mma(a, b, None, False, DOT_F32) * s[:, None]
+            else:
+                sw = tl.load(ws_row + k0 // _BLOCK)
+                acc += _mma(a, b, None, False, DOT_F32) * (sx[:, None] * sw[None, :])
         elif HW_FP8:
             # fp8 x fp8 products promoted into the fp32 accumulator once per K tile (the semantics are
             # fp32 accumulation; on sm_90 Triton's default never promotes, which lost ~4% on single
             # outputs at K = 14336 on the H200). Same promotion interval as GROUP_BLOCK.
-            acc = _mma(a, b, acc, False, DOT_F32, BLOCK_K)
+            if WARP_SPEC and BLOCK_M * BLOCK_N <= 128 * 128:
+                # The explicit form (a fresh product added to acc): one wgmma wait per K tile, where Triton's
+                # max_num_imprecise_acc waits after every wgmma of a consumer (sm_90 SASS). Each consumer then
+                # holds two accumulators: 2 x 64 registers a thread at 128 x 128 (no spills under the 232 that
+                # setmaxnreg gives it), 2 x 128 at 256 x 128 (1.2 KB of spills: that tile keeps the implicit form).
+                acc += _mma(a, b, None, False, DOT_F32)
+            else:
+                acc = _mma(a, b, acc, False, DOT_F32, BLOCK_K)
         else:
             acc = _mma(a, b, acc, False, DOT_F32)
         if not USE_TMA:

@@ -50,6 +50,10 @@ class GemmConfig(KernelConfig):
     # Split-K: 1 = none; n > 1 = K tiles split n ways (fp32 partials + a deterministic reduction); 0 = chosen
     # at launch from (M, N, K) and the SM count (`split_for`), so one config serves a whole M bucket.
     split_k: int = 1
+    # W8A8 with TMA on sm_90: Triton's Hopper warp specialization of the K loop (a producer warpgroup for the
+    # copies, num_warps = 4 split into two consumer warpgroups: 12 warps in all; kernels_triton._gemm). Without
+    # TMA (unaligned rows, the interpreter) or hardware fp8 the launcher runs the same tile unspecialized.
+    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "num_warps"):
@@ -57,6 +61,9 @@ class GemmConfig(KernelConfig):
                 raise ValueError(f"GemmConfig.{name} must be a power of two, got {getattr(self, name)}")
         if not (16 <= self.block_m <= 256 and 16 <= self.block_n <= 256 and 16 <= self.block_k <= 256):
             raise ValueError(f"GemmConfig tiles must be within 16..256, got {self.block_m}x{self.block_n}x{self.block_k}")
+        if self.warp_specialize and not (self.tma and self.num_warps == 4):
+            raise ValueError(f"GemmConfig.warp_specialize needs tma=True and num_warps=4 (two consumer warpgroups of "
+                             f"4 warps and a producer are made from it), got {self}")
         if self.group_m < 1 or self.num_stages < 1 or self.num_warps > 16 or not 0 <= self.split_k <= 16:
             raise ValueError(f"GemmConfig: group_m >= 1, num_stages >= 1, num_warps <= 16, split_k in 0..16 "
                              f"(got {self})")
@@ -82,6 +89,8 @@ class GemmConfig(KernelConfig):
 
     def legal_for_w8a16(self, wscale: WScale, fp16_x: bool) -> str:
         """'' if this config can run a W8A16 GEMM with `wscale`, else why not."""
+        if self.warp_specialize:
+            return "warp_specialize is a W8A8 option (the W8A16 kernel does not specialize its K loop)"
         if wscale is WScale.BLOCK128 and 128 % self.block_k:
             return f"block128 scales multiply whole K tiles: block_k must divide 128 (got {self.block_k})"
         per_tile_scale = wscale is WScale.BLOCK128 or (wscale is WScale.MX32 and fp16_x)
@@ -171,9 +180,13 @@ def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None, m: int 
     if target.has_wgmma and scales is A8Scales.GROUP_BLOCK:
         # Each K tile's product is waited for and scaled in registers next to the fp32 accumulator, so a
         # thread holds two accumulators: 64x128 per warpgroup (64 + 64 registers) leaves headroom, while
-        # 128x256 tiles hit the 255-register limit (AOT: reg=255).
-        space = _tiles((128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (128, 128, 128, 4, 4), (256, 128, 128, 8, 3),
-                       (64, 128, 128, 4, 4), (128, 64, 128, 4, 4))
+        # 128x256 tiles hit the 255-register limit (AOT: reg=255). Tiles of <= 128 columns scale with one
+        # weight scalar per K tile (kernels_triton._gemm), and lead: on the H200 at M = 4096 (session 16)
+        # 128 x 128 / 8 warps and 64 x 128 / 4 warps ran 6144 x 4096 in 249-251 us, 128 x 64 in 338 and the
+        # 256-wide tiles in 317-578. 64 x 128 with 3 stages (72 KiB, 153 registers): three CTAs share an SM, so
+        # one's promotion overlaps the others' wgmmas.
+        space = _tiles((128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 128, 128, 4, 3), (128, 128, 128, 4, 4),
+                       (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 64, 128, 4, 4))
     elif target.has_wgmma:
         space = _tiles((128, 256, 128, 8, 3), (128, 256, 128, 8, 4), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
                        (128, 128, 128, 8, 4), (64, 256, 128, 4, 4), (128, 64, 128, 4, 4), (64, 128, 128, 4, 4))
@@ -189,6 +202,8 @@ def w8a8_configs(target: Target, scales: A8Scales, k: int | None = None, m: int 
         space = _tiles(*_MMA_SYNC_BF16)
     if aligned:
         space = [dataclasses.replace(c, tma=True) for c in space[:4]] + space
+    # Warp-specialized tiles (GemmConfig.warp_specialize) are in no space: on the H200 (session 16) they hung.
+    # tools/perf/probe_warp_spec.py runs them case by case under a time limit.
     return _legal_unique(_small_m_first(space, small, m), lambda c: c.legal_for_w8a8(scales))
 
 

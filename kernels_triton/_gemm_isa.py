@@ -65,8 +65,9 @@ def _w8a8_variant(target: Target, scales: A8Scales, cfg: GemmConfig) -> IsaVaria
            "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32", "stride_xs": "i32", "stride_ws": "i32"}
     cx = {"SCALES": int(scales), "HAS_BIAS": False, "HW_FP8": code == "fp8e4nv", "DOT_F32": False,
           "USE_TMA": cfg.tma, "SPLIT": cfg.split_k != 1, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
-          "GROUP_M": cfg.group_m, "PDL": pdl_target(target)}
-    name = f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}{',splitk' if cfg.split_k != 1 else ''}]"
+          "GROUP_M": cfg.group_m, "PDL": pdl_target(target), "WARP_SPEC": cfg.warp_specialize}
+    name = (f"w8a8_gemm[{scales.name.lower()}{',tma' if cfg.tma else ''}{',ws' if cfg.warp_specialize else ''}"
+            f"{',splitk' if cfg.split_k != 1 else ''}]")
     return variant(name, target, _w8a8_gemm_kernel, sig, cx, cfg.num_warps, cfg.num_stages, _ALIGNED_INTS)
 
 
@@ -88,6 +89,8 @@ def gemm_isa_variants(targets: tuple[str, ...] = ISA_TARGETS) -> list[IsaVariant
             space = w8a8_configs(t, sc)
             picks = [space[0]] + [c for c in space[1:] if c.tma != space[0].tma][:1]
             picks += [c for c in w8a8_configs(t, sc, m=64) if c.split_k != 1][:1]
+            if t.has_wgmma:  # in no space (it hung on the H200: tools/perf/probe_warp_spec.py); compiled for the record
+                picks.append(GemmConfig(128, 128, 128, 8, 4, 4, tma=True, warp_specialize=True))
             out.extend(_w8a8_variant(t, sc, c) for c in picks)
     return out
 

@@ -250,6 +250,7 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
         SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
         SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m, PDL=pdl,
+        WARP_SPEC=config.warp_specialize and use_tma and hw_fp8 and not dot_f32,
         num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
     )
     _reduce_splits(part, bias, y, split, pdl)

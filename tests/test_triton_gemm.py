@@ -93,6 +93,44 @@ def test_config_validation():
     with pytest.raises(ValueError, match="16..256"):
         GemmConfig(block_k=512)
     assert GemmConfig.from_dict(GemmConfig(64, 64, 32).to_dict()) == GemmConfig(64, 64, 32)
+    with pytest.raises(ValueError, match="warp_specialize needs tma=True and num_warps=4"):
+        GemmConfig(128, 128, 128, 8, 8, 4, tma=True, warp_specialize=True)
+    with pytest.raises(ValueError, match="warp_specialize needs tma=True"):
+        GemmConfig(128, 128, 128, 8, 4, 4, warp_specialize=True)
+    assert "W8A8 option" in GemmConfig(128, 128, 128, 8, 4, 4, tma=True, warp_specialize=True).legal_for_w8a16(
+        __import__("kernels_triton._gemm_layouts", fromlist=["WScale"]).WScale.ROW, False)
+    # Entries tuned before the field existed still load (it defaults to off).
+    d = GemmConfig(64, 64, 32).to_dict()
+    del d["warp_specialize"]
+    assert GemmConfig.from_dict(d) == GemmConfig(64, 64, 32)
+
+
+def test_warp_specialized_w8a8_configs_are_in_no_space():
+    """They hung on the H200 (session 16; tools/perf/probe_warp_spec.py): autotune must not time them."""
+    from kernels_triton._gemm_config import w8a8_configs
+    from kernels_triton._gemm_layouts import A8Scales
+    for arch in ARCHS:
+        for sc in A8Scales:
+            for m in (None, 64):
+                assert not any(c.warp_specialize for c in w8a8_configs(Target.simulated_for(arch), sc, m=m))
+
+
+@pytest.mark.parametrize("scales", ["tensor_tensor", "group_block"])
+def test_aot_sm90_warp_specialized_w8a8(scales):
+    """warp_specialize really specializes ahead of time (Triton ignores the flag silently where it cannot): 12 warps (a TMA
+    producer and two consumer warpgroups, registers moved with setmaxnreg), no spills, one wgmma wait per K tile
+    in the consumers' loop (the explicit promotion for tensor scales), and the [BLOCK_N] weight-scale gather of
+    fp8_block reduced to one scalar load."""
+    from dispatch.isa import main_loop_instructions
+    from kernels_triton import isa as I
+    ck = _compile("sm_90", f"w8a8_gemm[{scales},tma,ws]")
+    assert ck.metadata.num_warps == 12
+    sass = I.sass_of(ck.asm["cubin"])
+    assert "USETMAXREG" in sass
+    assert I.ptxas_verbose(ck.asm["ptx"], "sm_90").spill_bytes == 0
+    loop = main_loop_instructions(sass)
+    assert sum("QGMMA" in i for i in loop) == 4 and sum("WARPGROUP.DEPBAR" in i for i in loop) <= 1, loop
+    assert sum(i.startswith("LDG") for i in loop) <= 3, loop
 
 
 def test_isa_variants_cover_every_layout_and_target():

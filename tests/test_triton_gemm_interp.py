@@ -175,6 +175,24 @@ def test_w8a8_fp8_dot_path_under_interpreter():
         _close(y, x, qw, None, torch.float32)
 
 
+def test_w8a8_warp_specialized_and_wide_tiles_under_interpreter():
+    """The kernel paths only the sm_90 spaces pick: warp_specialize (the explicit fresh-product promotion of
+    tensor / token-row scales, real fp8 dots, TMA descriptors at K = 304) and fp8_block with 256-column tiles
+    (a [BLOCK_N] weight-scale vector: two 128-blocks per tile, where <= 128 columns load one scalar). The
+    interpreter ignores the specialization itself; the H200 tests run it."""
+    g = torch.Generator().manual_seed(4)
+    ws = _cfg(block_m=128, block_n=128, block_k=128, group_m=2, num_warps=4, num_stages=4, tma=True,
+              warp_specialize=True)
+    wide = _cfg(block_m=16, block_n=256, block_k=128, group_m=1, num_warps=4, num_stages=1)
+    for fmt in W8A8_FORMATS:
+        qw = dispatch.quantize(_weight(300, 304, g), fmt, act="fp8")
+        x = _x(37, 304, torch.bfloat16, g)
+        xq, xs = dispatch.quantize_activation(x, qw.act_granularity)
+        for cfg, hw, f32 in ((ws, True, False), (wide, False, True)):
+            y = _launch().w8a8_gemm(xq, xs, qw, None, torch.float32, cfg, hw_fp8=hw, dot_f32=f32)
+            _close(y, x, qw, None, torch.float32)
+
+
 def test_uint8_codes_accepted_for_w8a8_activations():
     """The sm_80 act-quant kernels return uint8 codes viewed as e4m3; both dtypes must work."""
     g = torch.Generator().manual_seed(2)
