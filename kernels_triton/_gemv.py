@@ -23,6 +23,7 @@ from dispatch.target import detect
 
 from . import _act_quant
 from ._gemm_layouts import W8A16_LAYOUT, WScale
+from ._pdl import launch_options, pdl_launch
 from .configs import GEMV_MAX_M, GemvConfig, auto_split_k
 
 _GROUP_K = {WScale.TENSOR: 0, WScale.ROW: 0, WScale.BLOCK128: 128, WScale.MX32: 32}
@@ -75,13 +76,14 @@ def kernel_group(cfg: GemvConfig, wscale: WScale) -> int:
 
 
 def gemv_constexprs(wscale: WScale, a_mode: int, cfg: GemvConfig, *, hw: bool, cvt: bool, ieee: bool,
-                    has_bias: bool, direct: bool, wgmma: bool) -> dict[str, Any]:
+                    has_bias: bool, direct: bool, wgmma: bool, pdl: bool = False) -> dict[str, Any]:
     """The constexpr arguments of `_gemv_kernel` for one launch (the ISA report compiles the same ones). `wgmma`:
-    the target's tensor-core path is wgmma (sm_90), whose register operands the kernel must guard (_wgmma)."""
+    the target's tensor-core path is wgmma (sm_90), whose register operands the kernel must guard (_wgmma). `pdl`:
+    launched programmatically (kernels_triton._pdl)."""
     return dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
                 HAS_BIAS=has_bias, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 BLOCK_K=cfg.block_k, G=kernel_group(cfg, wscale), NUM_STAGES=cfg.num_stages,
-                WGMMA_DRAIN=wgmma and cfg.use_dot and not ieee)
+                WGMMA_DRAIN=wgmma and cfg.use_dot and not ieee, PDL=pdl)
 
 
 def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -110,20 +112,22 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg
     part = out if direct else torch.empty((split, m, n), dtype=torch.float32, device=x_arg.device)
     ieee = interpret or x_arg.dtype == torch.float32
     bias_arg = bias if bias is not None else out
+    pdl = pdl_launch(x_arg.device)  # False on the CPU interpreter, ROCm, sm_80/89 and with FP8DISPATCH_PDL=0
     grid = (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m))
     kern._gemv_kernel[grid](
         x_arg, xs_arg, w, ws, bias_arg, out, part,
         m, n, k, split,
         x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
         **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct,
-                          wgmma=not interpret and detect(x_arg.device).has_wgmma),
-        num_warps=cfg.num_warps,
+                          wgmma=not interpret and detect(x_arg.device).has_wgmma, pdl=pdl),
+        num_warps=cfg.num_warps, **launch_options(pdl),
     )
     if not direct:
         rb = 256
         from ._splitk_reduce import splitk_reduce
         splitk_reduce[(triton_cdiv(n, rb), m)](part, bias_arg, out, m, n, split, out.stride(0),
-                                               HAS_BIAS=bias is not None, BLOCK=rb, num_warps=4)
+                                               HAS_BIAS=bias is not None, BLOCK=rb, PDL=pdl, num_warps=4,
+                                               **launch_options(pdl))
     return out
 
 

@@ -20,6 +20,10 @@ in a fixed order (deterministic: no atomics on the output), adding the bias and 
 WGMMA_DRAIN (sm_90 tensor-core path): every wgmma retires at the top of each K tile (`_wgmma.wait_all`: ptxas
 re-uses the registers of in-flight wgmmas otherwise).
 
+PDL (CUDA sm_90+): launched as a programmatic dependent launch (kernels_triton._pdl), as the GEMMs are: the programs
+start while the previous kernel of the stream finishes, compute their indices, and wait (`griddepcontrol.wait`)
+before their first load; the split-K reduction does the same.
+
 A_MODE: 0 W8A16 (x bf16/fp16/fp32); 1 W8A8 with x already quantized (fp8/uint8 codes + fp32 scales);
 2 W8A8 quantizing x inside the kernel, bit-identical to dispatch.quantize_activation. W8A8 scale pairing
 follows WSCALE: tensor -> per-tensor x, row -> per-token x, block128 -> 1x128 groups.
@@ -31,6 +35,7 @@ import triton
 import triton.language as tl
 
 from ._fp8 import amax_to_scale, e4m3_to_f32, e8m0_to_f32, load_w_f32, quantize_e4m3
+from ._pdl import enter
 from ._wgmma import wait_all
 
 W_TENSOR: tl.constexpr = tl.constexpr(0)
@@ -97,7 +102,7 @@ def _gemv_kernel(
     WSCALE: tl.constexpr, A_MODE: tl.constexpr, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, USE_DOT: tl.constexpr,
     IEEE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr, DIRECT_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr,
-    NUM_STAGES: tl.constexpr, WGMMA_DRAIN: tl.constexpr = False,
+    NUM_STAGES: tl.constexpr, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -111,6 +116,7 @@ def _gemv_kernel(
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     kt_lo = pid_k * per_split
     kt_hi = tl.minimum(kt_lo + per_split, k_tiles)
+    enter(PDL)  # nothing above touches memory
 
     # Row-wise / tensor-wise x scales of W8A8 (prologue when fused, a load otherwise).
     if A_MODE == 2:

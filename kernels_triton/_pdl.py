@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (PDL) of the Triton GEMMs and their split-K reduction on CUDA sm_90+.
+"""Programmatic dependent launch (PDL) of the Triton GEMMs, the decode GEMV and their split-K reduction on CUDA sm_90+.
 
 A kernel launched with `launch_pdl=True` may be scheduled while the kernel before it in the stream is still
 finishing: its programs start, compute their tile indices, and block in `enter` (`griddepcontrol.wait`) until
@@ -8,7 +8,8 @@ the wait, so no contract falls on callers: any kernel may precede.
 
 No kernel here triggers its dependents early (`griddepcontrol.launch_dependents`): the next launch follows the
 implicit trigger when this grid's programs exit. Measured on the H200 (docs/perf/h200.md, session 13; 70 cells
-of M = 64, 256 on the baseline shapes): waiting only, 0.835-1.001x the time of plain launches (geomean 0.941);
+of M = 64, 256 on the baseline shapes): waiting only, 0.835-1.001x the time of plain launches (geomean 0.941; the
+decode GEMV in session 16, 24 cells at M = 1, 16: 0.881-1.000, geomean 0.953);
 triggering right after the wait, 0.870-1.168x (0.971): the next kernel's programs then take SM slots early and
 unbalance the grid; triggering after the main loop, up to 1.41x; an L2 prefetch of the weight before the wait,
 0.897-1.261x (1.012).

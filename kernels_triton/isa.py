@@ -85,14 +85,16 @@ def gemv_variant(name: str, arch: str, wscale, a_mode: int, cfg, x: str = "bf16"
            "ws_ptr": "*u8" if wscale is WScale.MX32 else "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16",
            "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
            "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
+    from ._pdl import pdl_target
     cx = gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=False, has_bias=True, direct=direct,
-                         wgmma=t.has_wgmma)
+                         wgmma=t.has_wgmma, pdl=pdl_target(t))
     return variant(name, t, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages, ("N", "K", "stride_xm", "stride_om"))
 
 
 def _gemv_variants(arch: str) -> list[IsaVariant]:
-    from ._splitk_reduce import splitk_reduce
     from ._gemm_layouts import WScale
+    from ._pdl import pdl_target
+    from ._splitk_reduce import splitk_reduce
     from .configs import GemvConfig
 
     t = Target.simulated_for(arch)
@@ -117,8 +119,8 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
         add(f"w8a8_gemv_mma[{n}]", ws, 1, dot)
     sig = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "SPLIT_K": "i32",
            "stride_om": "i32"}
-    out.append(variant("gemv_splitk_reduce", t, splitk_reduce, sig, {"HAS_BIAS": True, "BLOCK": 256}, 4, 1,
-                       ("N", "stride_om")))
+    out.append(variant("gemv_splitk_reduce", t, splitk_reduce, sig,
+                       {"HAS_BIAS": True, "BLOCK": 256, "PDL": pdl_target(t)}, 4, 1, ("N", "stride_om")))
     return out
 
 

@@ -32,6 +32,10 @@ CANDIDATES_S13 = REPO / "docs/perf/h200_candidates_2026-11-30_s13.json"
 # Session 15 changed the Triton GEMMs (no serialized wgmmas: every program runs >= 1 K tile) and re-tuned the same
 # 112 cells.
 CANDIDATES_S15 = REPO / "docs/perf/h200_candidates_2026-11-30_s15.json"
+# Session 16 changed the W8A8 GEMM (fp8_block: one weight scalar per K tile, 1.34x faster) and re-tuned the same 112
+# cells, and fp8_block/fp8 at M = 1024, 4096 (16 more cells, every candidate).
+CANDIDATES_S16 = REPO / "docs/perf/h200_candidates_2026-11-30_s16.json"
+BLOCK_PREFILL_S16 = REPO / "docs/perf/h200_candidates_fp8_block_prefill_2026-11-30_s16.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -52,13 +56,14 @@ def _current_candidates() -> dict:
 
     cells = json.loads(CANDIDATES.read_text())["main"]
     for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112), (CANDIDATES_S12, 112),
-                        (CANDIDATES_S13, 112), (CANDIDATES_S15, 112)):  # later measurements replace earlier ones
+                        (CANDIDATES_S13, 112), (CANDIDATES_S15, 112), (CANDIDATES_S16, 112),
+                        (BLOCK_PREFILL_S16, 16)):  # later measurements replace earlier ones
         newer = {key(e): e for e in json.loads(path.read_text())["main"]}
         assert sum(key(e) in newer for e in cells) == len(newer) == count, path
         cells = [newer.get(key(e), e) for e in cells]
-    # Session 15's re-tune timed the current Triton GEMM code in its cells (fp8_block/fp8 and fp8_row/fp8 at M = 16
+    # Session 16's re-tune timed the current Triton GEMM code in its cells (fp8_block/fp8 and fp8_row/fp8 at M = 16
     # among them): session 12's decode rows of the older GEMM code do not go there.
-    current_gemm = {key(e) for e in json.loads(CANDIDATES_S15.read_text())["main"]}
+    current_gemm = {key(e) for e in json.loads(CANDIDATES_S16.read_text())["main"]}
     # (session 12's file has 120 cells; 16 of them, fp8_block/fp8 and fp8_row/fp8 at M = 16, are re-tune cells)
     for path, routes, count in ((TRITON_GEMV_S11, _GEMVS, 120), (TRITON_GEMM_DECODE_S12, _GEMMS, 104),
                                 (TRITON_GEMV_M1_S15, _GEMVS, 40)):
@@ -85,6 +90,13 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     270 and 268 after it refit the Triton GEMMs' memory-bound priors (dispatch/heuristic.py). Session 13's re-tune
     (programmatic launches of the Triton GEMMs; its 112 cells overlaid): 270 and 269. Session 15's re-tune (no
     serialized wgmmas; 112 cells) and the 1-row Triton GEMVs' re-measurement (40 cells at M = 1): 273 and 271.
+    Session 16's re-tune (the fp8_block W8A8 GEMM 1.34x faster; 112 cells, and fp8_block at M = 1024, 4096): 273 and
+    268. The heuristic's 3 new misses are cells where the re-measured Triton W8A8 GEMM now beats the pick by 1.16-1.22x
+    (fp8_block 4096x4096 M = 256 against cuBLAS blockwise; fp8_block 8192x8192 and fp8_row 28672x4096 M = 16 against
+    the CUDA GEMV). Its priors cannot follow: one prior serves M = 1-64, and raising the Triton GEMM's (bandwidth
+    0.85-0.97, compute 0.40-0.65 for fp8_block, fp8_row or all three formats) changed no count or lost 1-4 cells here
+    and 2-4 of session 1's (`python -m tools.perf.fit_priors docs/perf/h200_candidates_2026-11-30_s16.json --m 16`
+    gives 0.97 / 6.9 us at M = 16 against 0.77-0.79 at M = 1, 4).
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -96,10 +108,13 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
     assert r["within"] >= 273, r["misses"]
-    assert evaluate(data)["within"] >= 271
+    assert evaluate(data)["within"] >= 268
 
 
 UNTABLED_S11 = REPO / "docs/perf/h200_candidates_untabled_2026-11-30_s11.json"
+# Session 16 re-measured the 8 fp8_block/fp8 cells (every candidate) after changing the W8A8 GEMM: they replace
+# session 11's.
+UNTABLED_BLOCK_S16 = REPO / "docs/perf/h200_candidates_untabled_fp8_block_2026-11-30_s16.json"
 
 
 def test_fallback_on_the_untabled_shapes_at_prefill_m():
@@ -108,13 +123,24 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     chain picks within 15 % of the fastest in 30 of 32 cells (29 with session 10's priors: fp8_row/bf16 3000x1000
     M = 4096 took torch.dequant_mm, 1.62x). The misses are nearest-shape borrows of the mxfp8 Triton GEMM at M = 256
     (2112x7168 1.32x, 5120x25600 1.19x against the dequantize route: those grids fill 34-80 of 132 SMs). The
-    heuristic alone: 30 (27 before)."""
+    heuristic alone: 30 (27 before).
+
+    Session 16 (the fp8_block W8A8 GEMM 1.34x faster, its 8 untabled cells re-measured): 29. Its table took
+    fp8_block/fp8 at M = 256 from cuBLAS on 5 shapes, 4096x14336 among them (1.13x), and 5120x25600 borrows that
+    entry: its Triton GEMM is 1.18x cuBLAS there at best, 1.53x with the borrowed 128 x 128 config (80 tiles on 132
+    SMs: split_for keeps one split, the 4096x14336 entry ran 64 tiles x 2 splits). The heuristic alone: 30."""
     from dispatch import tables
 
-    data = json.loads(UNTABLED_S11.read_text())
+    def key(e):
+        return (e["format"], e["act"], e["n"], e["k"], e["m"])
+
+    newer = {key(e): e for e in json.loads(UNTABLED_BLOCK_S16.read_text())["main"]}
+    cells = json.loads(UNTABLED_S11.read_text())["main"]
+    assert sum(key(e) in newer for e in cells) == len(newer) == 8
+    data = {"main": [newer.get(key(e), e) for e in cells]}
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 32
-    assert r["within"] >= 30, r["misses"]
+    assert r["within"] >= 29, r["misses"]
     assert evaluate(data)["within"] >= 30
 
 

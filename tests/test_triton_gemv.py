@@ -399,3 +399,85 @@ def test_decode_main_loops_convert_no_layouts_through_shared_memory_on_sm90():
     assert got == want
     mma3 = compile_and_inspect(gemv_variant("t", "sm_90", WScale.MX32, 0, GemvConfig(16, 64, 128, 0, 4, 3)))
     assert mma3.compiled and mma3.loop_barriers <= 2, mma3
+
+
+@pytest.mark.skipif(INTERP, reason="AOT compile test")
+def test_aot_gemv_programmatic_launch_only_on_sm90():
+    """The decode GEMV and its split-K reduction as programmatic dependent launches (kernels_triton._pdl, session 16):
+    on sm_90 one griddepcontrol.wait before the first global access (the fused quantizer's reads of x included), no
+    early trigger; nothing of it on sm_89 / sm_80."""
+    pytest.importorskip("triton")
+    import re
+
+    from kernels_triton import _pdl
+    from kernels_triton import isa as I
+    from kernels_triton._gemm_layouts import WScale
+    from kernels_triton.configs import GemvConfig
+
+    if not _pdl.pdl_target(dispatch.Target.simulated_for("sm_90")):
+        pytest.skip("FP8DISPATCH_PDL=0")
+    for ws, a_mode, cfg in ((WScale.ROW, 0, GemvConfig(1, 32, 256, 0, 4)), (WScale.BLOCK128, 2, GemvConfig(4, 32, 256)),
+                            (WScale.MX32, 0, GemvConfig(16, 64, 128, 0, 4, 3))):
+        ck = I.compile_variant(I.gemv_variant("gemv", "sm_90", ws, a_mode, cfg))
+        ptx = ck.asm["ptx"]
+        assert ptx.count("griddepcontrol.wait") == 1 and "launch_dependents" not in ptx, (ws, a_mode)
+        first = min(i for i in (ptx.find("cp.async"), ptx.find("ld.global")) if i >= 0)
+        assert ptx.index("griddepcontrol.wait") < first, (ws, a_mode)
+        sass = [ln for ln in I.sass_of(ck.asm["cubin"]).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+        wait = [i for i, ln in enumerate(sass) if "ACQBULK" in ln]
+        mem = [i for i, ln in enumerate(sass) if re.search(r"\b(LDG|STG|LDGSTS)\b", ln)]
+        assert len(wait) == 1 and mem and wait[0] < mem[0], (ws, a_mode)
+    for arch in ("sm_89", "sm_80"):
+        ck = I.compile_variant(I.gemv_variant("gemv", arch, WScale.ROW, 0, GemvConfig(1, 32, 256, 0, 4)))
+        assert "griddepcontrol" not in ck.asm["ptx"], arch
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERP, reason="GPU test")
+def test_gpu_gemv_programmatic_launch_chain_is_exact(monkeypatch):
+    """A decode chain where each GEMV reads the previous one's output (split-K reductions and the W8A8 quantizer in
+    between): with programmatic launches (sm_90+) bit-identical to plain launches, eager and in graph replays."""
+    from kernels_triton import _pdl
+    from kernels_triton._gemv import w8a8_gemv, w8a16_gemv
+    from kernels_triton.configs import GemvConfig
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90+")
+    n = k = 2048
+
+    def unit(fmt, act, seed):
+        w = make_weight(n, k, seed)
+        return dispatch.quantize((w / w.norm(dim=1, keepdim=True)).cuda(), fmt, act=act)
+
+    layers = [(w8a16_gemv, unit("fp8_row", "bf16", 1), GemvConfig(1, 32, 256, 0, 4)),
+              (w8a8_gemv, unit("fp8_block", "fp8", 2), GemvConfig(4, 32, 256, 8)),
+              (w8a16_gemv, unit("mxfp8", "bf16", 3), GemvConfig(16, 64, 128, 4, 4, 3)),
+              (w8a8_gemv, unit("fp8_tensor", "fp8", 4), GemvConfig(1, 32, 256, 0, 4, 1, False)),  # + quantizer launch
+              (w8a16_gemv, unit("fp8_block", "bf16", 5), GemvConfig(4, 32, 256, 2))]
+
+    def chain(x):
+        outs = []
+        for _ in range(2):
+            x = x * 1.0001  # a torch kernel writes the next input right before the first GEMV reads it
+            for fn, qw, cfg in layers:
+                x = fn(x, qw, None, None, cfg)
+                outs.append(x)
+        return outs
+
+    for m in (1, 4, 16):
+        x0 = make_x(m, k, torch.bfloat16, m).cuda()
+        monkeypatch.setattr(_pdl, "ENABLED", False)
+        ref = chain(x0)
+        assert all(torch.isfinite(y).all() for y in ref)
+        monkeypatch.setattr(_pdl, "ENABLED", True)
+        for i, (a, b) in enumerate(zip(ref, chain(x0))):
+            assert torch.equal(a, b), f"M={m} output {i} differs with programmatic launches (eager)"
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = chain(x0)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            for i, (a, b) in enumerate(zip(ref, outs)):
+                assert torch.equal(a, b), f"M={m} graph output {i} differs with programmatic launches"

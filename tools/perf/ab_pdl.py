@@ -1,9 +1,10 @@
 """Programmatic dependent launch of the Triton GEMM chain (kernels_triton._pdl), off against on, on the GPU:
 
     python -m tools.perf.ab_pdl --m 64,256 [--shapes 4096x4096,...] [--rounds 2] [--out ab.jsonl]
+    python -m tools.perf.ab_pdl --family gemv --m 1,4,16      # the Triton decode GEMVs (session 16)
 
-Per cell (format/act x shape x M): the Triton GEMM of that format/act with the shipped table's config where a Triton
-GEMM holds the key, else with its default config, timed with PDL off and on; the table's own route (whatever it is)
+Per cell (format/act x shape x M): the Triton GEMM (or GEMV) of that format/act with the shipped table's config where
+it holds the key, else with its default config, timed with PDL off and on; the table's own route (whatever it is)
 and bf16 F.linear in the same process. (Session 13 also timed here, on code since removed: an L2 prefetch of the
 weight before the wait, triggering the next launch early or after the main loop, and a programmatic activation
 quantizer; docs/perf/h200_pdl_2026-11-30_s13.md.) The bench's weight, workload and timing policy (tools.perf.recheck_entries): graph
@@ -20,6 +21,7 @@ from tools.perf.probe_w8a16_gemm import SHAPES
 
 FORMATS = ("fp8_row/bf16", "mxfp8/bf16", "fp8_block/fp8", "fp8_tensor/fp8", "fp8_row/fp8")
 TRITON_GEMMS = {"bf16": "triton.w8a16_gemm", "fp8": "triton.w8a8_gemm"}
+TRITON_GEMVS = {"bf16": "triton.w8a16_gemv", "fp8": "triton.w8a8_gemv"}
 
 
 VARIANTS = {"off": False, "on": True}  # name -> kernels_triton._pdl.ENABLED
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--family", choices=("gemm", "gemv"), default="gemm")
     a = ap.parse_args(argv)
+    kernels = TRITON_GEMVS if a.family == "gemv" else TRITON_GEMMS
     table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                 ctx = RouteCtx(fmt, act, x, ws, lambda bw=bw: bw)
                 hit = table.get((fmt, act, n, k, m))
                 entry = hit[1] if hit else None
-                gemm = cands[TRITON_GEMMS[act.value]]
+                gemm = cands[kernels[act.value]]
                 if entry is not None and entry.impl == gemm.id:
                     cfg, src = gemm.config_type.from_dict(dict(entry.config)), "table"
                 else:
