@@ -145,6 +145,11 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     ("torch.dequant_mm", Format.FP8_BLOCK): Prior(0.60, 0.75, False, 10.0, _gemm_reads_copy,
                                                   _torch_dequant_passes_scaled),  # guess
     **{("triton.w8a8_gemm", f): Prior(0.78, 0.40, True, 6.5, **_GEMM_SHAPE) for f in Format},  # block 573-581 TFLOP/s
+    # fp8_block since session 16 (one weight scalar per K tile): 775-887 TFLOP/s at M = 4096 with the activation
+    # quantization (h200_s16_2026-11-30.md), 0.54-0.62 of the 1430 peak. Replays unchanged for any value in 0.40-0.60
+    # (chain 273, heuristic alone 268, without CuPy 270, untabled 29 / 30, session 1's 118); the estimate follows the
+    # measured code.
+    ("triton.w8a8_gemm", Format.FP8_BLOCK): Prior(0.78, 0.58, True, 6.5, **_GEMM_SHAPE),
 }
 
 # The Triton GEMVs at one token row, refit in session 15 after the 1-row tiles stopped converting layouts through

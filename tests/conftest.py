@@ -77,3 +77,26 @@ def triton_interpreter_unusable() -> str | None:
         return (f"Triton {triton.__version__}'s interpreter needs numpy < 2.4, this environment has numpy "
                 f"{numpy.__version__} (CI pins it: tools/env.sh)")
     return None
+
+
+def assert_programmatic_chain_exact(chain, x0: torch.Tensor, monkeypatch, what: str) -> None:
+    """`chain(x0)` (a list of outputs, each kernel reading the one before) with programmatic dependent launches
+    (kernels_triton._pdl) must be bit-identical to plain launches, eager and in three graph replays: a missing
+    griddepcontrol.wait reads stale data, an early write races the previous kernel. GPU only."""
+    from kernels_triton import _pdl
+
+    monkeypatch.setattr(_pdl, "ENABLED", False)
+    ref = chain(x0)
+    assert all(torch.isfinite(y).all() for y in ref), what
+    monkeypatch.setattr(_pdl, "ENABLED", True)
+    for i, (a, b) in enumerate(zip(ref, chain(x0))):
+        assert torch.equal(a, b), f"{what} output {i} differs with programmatic launches (eager)"
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = chain(x0)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(ref, outs)):
+            assert torch.equal(a, b), f"{what} graph output {i} differs with programmatic launches"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import dispatch
+from conftest import assert_programmatic_chain_exact
 from dispatch import reference
 from dispatch.formats import Act, Format
 from dispatch.problem import Problem
@@ -260,7 +261,7 @@ def test_programmatic_launch_chain_is_exact(monkeypatch):
     programmatic dependent launch (kernels_triton._pdl; sm_90+) the outputs must be bit-identical to plain
     launches, eager and in graph replays (every kernel of the chain is deterministic), and the GEMMs must really
     have been launched programmatically."""
-    from kernels_triton import _gemm, _pdl
+    from kernels_triton import _gemm
     from kernels_triton._gemm_config import GemmConfig
 
     if torch.cuda.get_device_capability()[0] < 9:
@@ -293,22 +294,7 @@ def test_programmatic_launch_chain_is_exact(monkeypatch):
         return outs
 
     for m in (64, 200):
-        x0 = _x(m, 4096, torch.bfloat16, g)
-        monkeypatch.setattr(_pdl, "ENABLED", False)
-        ref = chain(x0)
-        assert all(torch.isfinite(y).all() for y in ref)
-        monkeypatch.setattr(_pdl, "ENABLED", True)
-        for i, (a, b) in enumerate(zip(ref, chain(x0))):
-            assert torch.equal(a, b), f"M={m} output {i} differs with programmatic launches (eager)"
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = chain(x0)
-        for _ in range(3):
-            graph.replay()
-            torch.cuda.synchronize()
-            for i, (a, b) in enumerate(zip(ref, outs)):
-                assert torch.equal(a, b), f"M={m} graph output {i} differs with programmatic launches"
+        assert_programmatic_chain_exact(chain, _x(m, 4096, torch.bfloat16, g), monkeypatch, f"M={m}")
     assert _compiled_pdl_flags(_gemm._w8a16_gemm_kernel) == {False, True}
     assert _compiled_pdl_flags(_gemm._w8a8_gemm_kernel) == {False, True}
 

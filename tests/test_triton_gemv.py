@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import dispatch
-from conftest import require_triton_interpreter
+from conftest import assert_programmatic_chain_exact, require_triton_interpreter
 from dispatch import reference
 from dispatch.problem import Problem
 
@@ -437,7 +437,6 @@ def test_aot_gemv_programmatic_launch_only_on_sm90():
 def test_gpu_gemv_programmatic_launch_chain_is_exact(monkeypatch):
     """A decode chain where each GEMV reads the previous one's output (split-K reductions and the W8A8 quantizer in
     between): with programmatic launches (sm_90+) bit-identical to plain launches, eager and in graph replays."""
-    from kernels_triton import _pdl
     from kernels_triton._gemv import w8a8_gemv, w8a16_gemv
     from kernels_triton.configs import GemvConfig
 
@@ -465,19 +464,4 @@ def test_gpu_gemv_programmatic_launch_chain_is_exact(monkeypatch):
         return outs
 
     for m in (1, 4, 16):
-        x0 = make_x(m, k, torch.bfloat16, m).cuda()
-        monkeypatch.setattr(_pdl, "ENABLED", False)
-        ref = chain(x0)
-        assert all(torch.isfinite(y).all() for y in ref)
-        monkeypatch.setattr(_pdl, "ENABLED", True)
-        for i, (a, b) in enumerate(zip(ref, chain(x0))):
-            assert torch.equal(a, b), f"M={m} output {i} differs with programmatic launches (eager)"
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = chain(x0)
-        for _ in range(3):
-            graph.replay()
-            torch.cuda.synchronize()
-            for i, (a, b) in enumerate(zip(ref, outs)):
-                assert torch.equal(a, b), f"M={m} graph output {i} differs with programmatic launches"
+        assert_programmatic_chain_exact(chain, make_x(m, k, torch.bfloat16, m).cuda(), monkeypatch, f"M={m}")
