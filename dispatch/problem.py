@@ -146,6 +146,13 @@ class Candidate(abc.ABC):
         """Load-time work on the weight (layout changes, views); cached by the dispatcher per weight."""
         return None
 
+    def grid_fill(self, problem: Problem, config: KernelConfig, target: Target) -> float | None:
+        """For a kernel launched as one program per output tile (and K split): the fraction of the SM slots of its
+        last wave that `config` fills on `problem` (programs / (waves x SMs), one program per SM), or None where
+        the candidate does not model it. The dispatcher does not lend a tuned entry to a shape where this falls
+        far below its value at the tuned shape (dispatch.select.NEAREST_MIN_FILL_RATIO)."""
+        return None
+
     @abc.abstractmethod
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:

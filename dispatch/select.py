@@ -5,7 +5,8 @@ Order of the chain, each step with its reason recorded in the Decision:
 2. an exact tuned entry (overlay -> device table -> arch table) whose implementation is eligible and whose
    source hash matches the code here (else it is skipped as stale/unknown, with the reason);
 3. the nearest tuned entry for the same (format, act): distance in log2 of N, K and the M bucket, on the same side
-   of the decode / prefill boundary (DECODE_MAX_BUCKET);
+   of the decode / prefill boundary (DECODE_MAX_BUCKET), unless its config fills far fewer SM slots here than
+   where it was tuned (NEAREST_MIN_FILL_RATIO);
 4. the analytic heuristic (dispatch.heuristic) over the eligible candidates.
 No device is touched; tests drive it with `Target.simulated_for(...)` and fake candidates.
 """
@@ -37,6 +38,14 @@ M_WEIGHT = 1.0
 # table's M = 64 entries lent their Triton GEMMs, never timed below M = 64, to 16 of the 40 M = 16 cells of the
 # replay; with this rule the heuristic decides those, and picks a measured kernel in 6 of them).
 DECODE_MAX_BUCKET = 16
+# A nearest entry is not lent where its config fills less than this fraction of the SM slots it filled at the tuned
+# shape (Candidate.grid_fill: programs over whole waves): the measured advantage came with that fill. Session 16 on
+# the H200: fp8_block/fp8 4096x14336 M = 256 (the Triton GEMM, 64 tiles x 2 splits: 0.97 of 132 SMs; 1.13x faster
+# than cuBLAS) was lent to 5120x25600 (80 tiles, one split: 0.61), where it ran 1.53x cuBLAS. Replays
+# (tests/test_heuristic_eval.py): any value in 0.7-0.9 fixes that cell (untabled 30 of 32) and changes no other count
+# (fallback chain 273 of 280, without CuPy 270); 0.6 and below keep the miss. One program per SM is assumed, though
+# small tiles fit 2-3 CTAs per SM: a coarse test of the same geometry at both shapes.
+NEAREST_MIN_FILL_RATIO = 0.75
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +218,13 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
         cand = usable(tier, idx, e)
         if cand is not None:
             cfg = _config_for(cand, e, tier, idx, problem, target, exact=False)
+            tuned_at = Problem(problem.fmt, problem.act, e.m_bucket, e.n, e.k, problem.x_dtype, problem.out_dtype)
+            was = cand.grid_fill(tuned_at, cand.config_type.from_dict(dict(e.config)), target)
+            here = cand.grid_fill(problem, cfg, target)
+            if was is not None and here is not None and here < NEAREST_MIN_FILL_RATIO * was:
+                skipped.append(f"{_entry_ref(tier, idx, e)} (nearest, distance {d:.2f}): its config fills "
+                               f"{here:.0%} of the last wave's SMs here against {was:.0%} at the tuned shape")
+                continue
             _log_once(("nearest",) + key + (target.arch, target.device_name),
                       "no tuned entry for %s/%s N=%d K=%d M-bucket=%d on %s: using nearest %s (distance %.2f)",
                       problem.fmt, problem.act, problem.n, problem.k, problem.bucket, target.device_name,

@@ -22,6 +22,14 @@ from .candidates import TritonCandidate, check_compiled
 class _GemmCandidate(TritonCandidate):
     config_type = GemmConfig
 
+    def grid_fill(self, problem: Problem, config: KernelConfig, target: Target) -> float | None:
+        """Tiles x the launch's split-K count (GemmConfig.split_for) over whole waves of the target's SMs."""
+        if not isinstance(config, GemmConfig) or target.sm_count <= 0:
+            return None
+        m, n, k, sms = problem.m, problem.n, problem.k, target.sm_count
+        programs = -(-m // config.block_m) * -(-n // config.block_n) * config.split_for(m, n, k, sms)
+        return programs / (-(-programs // sms) * sms)
+
 
 class TritonW8A16Gemm(_GemmCandidate):
     """Prefill W8A16: bf16/fp16 activations, e4m3 weight codes decoded in registers (hardware cvt, or

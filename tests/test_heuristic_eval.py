@@ -125,10 +125,12 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     (2112x7168 1.32x, 5120x25600 1.19x against the dequantize route: those grids fill 34-80 of 132 SMs). The
     heuristic alone: 30 (27 before).
 
-    Session 16 (the fp8_block W8A8 GEMM 1.34x faster, its 8 untabled cells re-measured): 29. Its table took
-    fp8_block/fp8 at M = 256 from cuBLAS on 5 shapes, 4096x14336 among them (1.13x), and 5120x25600 borrows that
+    Session 16 (the fp8_block W8A8 GEMM 1.34x faster, its 8 untabled cells re-measured): its table took
+    fp8_block/fp8 at M = 256 from cuBLAS on 5 shapes, 4096x14336 among them (1.13x), and 5120x25600 borrowed that
     entry: its Triton GEMM is 1.18x cuBLAS there at best, 1.53x with the borrowed 128 x 128 config (80 tiles on 132
-    SMs: split_for keeps one split, the 4096x14336 entry ran 64 tiles x 2 splits). The heuristic alone: 30."""
+    SMs: split_for keeps one split; the 4096x14336 entry ran 64 tiles x 2 splits): 29. The selection no longer lends
+    an entry whose config fills far fewer SMs than at its tuned shape (dispatch.select.NEAREST_MIN_FILL_RATIO): 30
+    again, on these cells and on session 11's. The heuristic alone: 30."""
     from dispatch import tables
 
     def key(e):
@@ -140,7 +142,7 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     data = {"main": [newer.get(key(e), e) for e in cells]}
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 32
-    assert r["within"] >= 29, r["misses"]
+    assert r["within"] >= 30, r["misses"]
     assert evaluate(data)["within"] >= 30
 
 

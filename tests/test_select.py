@@ -301,3 +301,30 @@ def test_nearest_entry_does_not_cross_the_decode_prefill_boundary():
     assert d.source == "nearest" and d.candidate_id == gemv.id
     d = decide(256, 4096, 4096)
     assert d.source == "nearest" and d.candidate_id == gemm.id
+
+
+def test_nearest_entry_not_lent_where_its_config_fills_far_fewer_sms():
+    """Session 16 on the H200: the fp8_block/fp8 4096x14336 M = 256 entry (the Triton GEMM, 128 x 128 tiles with
+    split-K chosen at launch: 64 tiles x 2 splits fill 0.97 of 132 SMs; 1.13x faster than cuBLAS there) was lent to
+    5120x25600, where one split of 80 tiles fills 0.61 and the GEMM ran 1.53x cuBLAS. It is skipped there, with the
+    reason, and the heuristic decides; at 4096x12288 (the same geometry) it is lent as before."""
+    from dispatch import tables
+    from dispatch.tables import TableSet, Tier
+    from kernels_triton._gemm_config import GemmConfig
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    cands = [c for c in registry.candidates() if c.id in ("triton.w8a8_gemm", "torch.scaled_mm_blockwise")]
+    gemm = next(c for c in cands if c.id == "triton.w8a8_gemm")
+    tuned = GemmConfig(128, 128, 128, 8, 8, 4, tma=True, split_k=0)
+    src = Problem(Format.FP8_BLOCK, Act.FP8, 256, 4096, 14336)
+    assert tuned in gemm.configs(src, t)
+    far = Problem(Format.FP8_BLOCK, Act.FP8, 256, 5120, 25600)
+    assert gemm.grid_fill(src, tuned, t) > 0.95 and gemm.grid_fill(far, tuned, t) < 0.65
+    e = tables.make_entry("fp8_block", "fp8", 4096, 14336, 256, gemm.id, tuned.to_dict(), registry.source_hash(gemm),
+                          43.0, 1e-3)
+    ts = TableSet((Tier("device", tables.merge(tables.new_table(t), [e])),))
+    d = select(far, t, ts, cands)
+    assert d.source == "heuristic" and d.candidate_id == "torch.scaled_mm_blockwise", d
+    assert any("of the last wave's SMs here against" in s for s in d.skipped_entries), d.skipped_entries
+    d = select(Problem(Format.FP8_BLOCK, Act.FP8, 256, 4096, 12288), t, ts, cands)
+    assert d.source == "nearest" and d.candidate_id == gemm.id and d.config == tuned, d
