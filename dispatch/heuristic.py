@@ -175,6 +175,17 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     ("triton.w8a8_gemv", Format.FP8_BLOCK): Prior(0.84, 0.30, False, 9.4),  # 16 %
 }
 
+# The Triton W8A8 GEMM in the M = 16 bucket (9-16 token rows), fit to session 16's re-tune (`python -m
+# tools.perf.fit_priors docs/perf/h200_candidates_2026-11-30_s16.json --m 16`: fp8_block 0.97 / 6.9 us, fp8_row 0.97 /
+# 7.1 us, worst cell 9 % off), after the fp8_block change made it the fastest kernel in 5 of those 16 cells. Its
+# MEASURED_PRIORS term (0.78, fit at M = 1, 4 in session 12) stays for M <= 8. Replays (tests/test_heuristic_eval.py):
+# fallback chain 273 -> 275 of 280, the heuristic alone 268 -> 270, without CuPy 270 -> 271, untabled unchanged (30);
+# session 1's data (older kernels) 118 -> 116.
+ROWS_16_PRIORS: dict[tuple[str, Format], Prior] = {
+    ("triton.w8a8_gemm", Format.FP8_BLOCK): Prior(0.97, 0.58, True, 6.9, **_GEMM_SHAPE),
+    ("triton.w8a8_gemm", Format.FP8_ROW): Prior(0.97, 0.40, True, 7.1, **_GEMM_SHAPE),
+}
+
 # A candidate without its own prior: a generic hand-written kernel of its backend.
 BACKEND_DEFAULTS: dict[str, Prior] = {
     "triton": Prior(0.70, 0.55, True, 4.0),
@@ -191,6 +202,7 @@ ACT_QUANT_TRITON_US = 2.0
 
 def prior_of(candidate: Candidate, problem: Problem, target: Target) -> Prior:
     measured = (ONE_ROW_PRIORS.get((candidate.id, problem.fmt)) if problem.m == 1 else None) \
+        or (ROWS_16_PRIORS.get((candidate.id, problem.fmt)) if problem.bucket == 16 else None) \
         or MEASURED_PRIORS.get((candidate.id, problem.fmt))
     if measured is not None:
         return measured

@@ -15,6 +15,8 @@ def test_heuristic_alone_is_within_15_percent_on_most_measured_cells():
     r = evaluate(json.loads(RESULTS.read_text()))
     assert r["cells"] == 120
     # 118 of 120 with the priors fitted to this run; a prior change that loses more than a few cells fails here.
+    # 116 since session 16's M = 16 prior of the Triton W8A8 GEMM (fit to that session's faster code, which this
+    # run's older GEMM did not match at fp8_block / fp8_row 128256x4096 M = 16).
     assert r["within"] >= 114, r["misses"]
 
 
@@ -96,7 +98,8 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     the CUDA GEMV). Its priors cannot follow: one prior serves M = 1-64, and raising the Triton GEMM's (bandwidth
     0.85-0.97, compute 0.40-0.65 for fp8_block, fp8_row or all three formats) changed no count or lost 1-4 cells here
     and 2-4 of session 1's (`python -m tools.perf.fit_priors docs/perf/h200_candidates_2026-11-30_s16.json --m 16`
-    gives 0.97 / 6.9 us at M = 16 against 0.77-0.79 at M = 1, 4).
+    gives 0.97 / 6.9 us at M = 16 against 0.77-0.79 at M = 1, 4). With that fit as an M = 16 prior
+    (dispatch.heuristic.ROWS_16_PRIORS): 275 and 270.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -107,8 +110,8 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
-    assert r["within"] >= 273, r["misses"]
-    assert evaluate(data)["within"] >= 268
+    assert r["within"] >= 275, r["misses"]
+    assert evaluate(data)["within"] >= 270
 
 
 UNTABLED_S11 = REPO / "docs/perf/h200_candidates_untabled_2026-11-30_s11.json"
@@ -184,10 +187,11 @@ def test_fallback_without_the_cuda_backend():
     M = 4096 (2), and the W8A8 Triton GEMM's borrowed config at fp8_row/fp8 6144x4096 M = 256. Session 13's data
     and table: 268, none unmeasured. Session 15's data and table: 262 with session 11's Triton GEMV priors (the
     changed 1-row GEMV ran 1.17-2.05x faster than the mxfp8 Triton GEMM picked at M = 1), 269 with the one-row
-    priors refit to it (dispatch.heuristic.ONE_ROW_PRIORS)."""
+    priors refit to it (dispatch.heuristic.ONE_ROW_PRIORS). Session 16's data and table: 270, 271 with the Triton W8A8
+    GEMM's M = 16 prior (dispatch.heuristic.ROWS_16_PRIORS)."""
     from dispatch import tables
 
     r = evaluate(_current_candidates(), table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"),
                  without_backends=("cuda",))
     assert r["cells"] == 280
-    assert r["within"] >= 269 and r["unmeasured"] == 0, (r["within"], r["unmeasured"])
+    assert r["within"] >= 271 and r["unmeasured"] == 0, (r["within"], r["unmeasured"])

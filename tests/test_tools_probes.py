@@ -104,6 +104,32 @@ def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
 
 
 
+def test_fit_priors_reproduces_the_m16_triton_w8a8_gemm_priors():
+    """dispatch.heuristic.ROWS_16_PRIORS: the Triton W8A8 GEMM's M = 16 terms are the fit to session 16's re-tune,
+    used in the M = 16 bucket only (M = 1: the generic term, M = 4: MEASURED_PRIORS)."""
+    import json
+
+    from dispatch import registry
+    from dispatch.formats import Act, Format
+    from dispatch.heuristic import MEASURED_PRIORS, ROWS_16_PRIORS, prior_of
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+    from tools.perf.fit_priors import fit
+
+    fits = [f for f in fit(json.loads((REPO / "docs/perf/h200_candidates_2026-11-30_s16.json").read_text()), ms=(16,))
+            if f.candidate == "triton.w8a8_gemm"]
+    assert {f.fmt for f in fits} == {"fp8_block", "fp8_row"}
+    for f in fits:
+        assert f.cells == 8
+        pr = ROWS_16_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    gemm = {c.id: c for c in registry.candidates()}["triton.w8a8_gemm"]
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    for m, table in ((4, MEASURED_PRIORS), (9, ROWS_16_PRIORS), (16, ROWS_16_PRIORS), (17, MEASURED_PRIORS)):
+        assert prior_of(gemm, Problem(Format.FP8_BLOCK, Act.FP8, m, 4096, 4096), t) == \
+            table[("triton.w8a8_gemm", Format.FP8_BLOCK)], m
+
+
 def test_cells_from_journals_prefer_the_final_stage_and_the_latest_code():
     """tools.heuristic_eval.results_from_journals (what `--write-cells` writes as docs/perf/h200_candidates_*.json):
     one row per (candidate, config) and cell, the final-stage time over the quick one whatever the order, failed
