@@ -1,13 +1,14 @@
 """Does Triton's Hopper warp specialization of the W8A8 GEMM's K loop finish, and is it right? (GPU; sm_90.)
 
-Session 16: the 12-warp specialized configs hung on the H200 inside the autotune (no result within minutes), so
-they were taken out of the spaces. This probe runs one launch per case in a child process with a time limit, so a
-hang is reported as such instead of stopping the run:
+Session 16: the 12-warp specialized configs hung on the H200 inside the autotune (no result in the 100+ s before
+its time limit), so they were taken out of the spaces. This probe runs each case in a child process with a time
+limit (compile included), so a hang is reported as such instead of stopping the run:
 
-    python -m tools.perf.probe_warp_spec [--timeout 60]
+    python -m tools.perf.probe_warp_spec [--timeout 30]
 
-Cases: scale layout x PDL on/off x M. Prints one line per case: ok (with the error against the dequantized
-reference and the time of one launch), wrong, hang or the exception.
+Cases: fp8_block and fp8_tensor x PDL off / on, M = N = K = 4096, the 128 x 128 x 128 specialized tile. Prints one
+line per case: ok (with the error against the dequantized reference and the mean eager time of 10 launches), wrong,
+hang or the exception.
 """
 
 from __future__ import annotations
