@@ -6,7 +6,6 @@ when a (kernel, target) that the backend's support predicates declare supported 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import re
 
@@ -155,56 +154,76 @@ def _hgmma_operands(op: str, operands: list[str]) -> tuple[set[int], bool]:
     return regs, bool(operands) and "gsb0" in operands[-1]
 
 
+_MAX_PENDING_GROUPS = 32  # more committed groups than any wait keeps; only a loop with no wait at all reaches it
+
+
 def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
     """Writes to registers that an issued HGMMA may still read, in `cuobjdump -sass` text.
 
-    Walks the code in address order, and each loop body (a backward branch) once more with the state it
-    ends with, so a write at the top of the next iteration counts against the previous iteration's
-    HGMMAs. HGMMAs accumulate into a group until one carries gsb0 (the commit); WARPGROUP.DEPBAR.LE gsb0, N
-    retires all but the N newest groups. Chaining one HGMMA's accumulators into the next is not a write.
-    Conservative: a predicated write counts, and so does every general register a wide form may write."""
+    A dataflow over the control flow: each instruction is visited with every state of in-flight HGMMA groups that
+    can reach it (through fallthrough, predicated and unconditional branches, loop back edges), until nothing new
+    arrives; an unconditional BRA does not fall through, so code laid out after a branch's jump (the other arm of
+    an if, a second loop) is judged by the paths that reach it. HGMMAs accumulate into a group until one carries
+    gsb0 (the commit); WARPGROUP.DEPBAR.LE gsb0, N retires all but the N newest groups. Chaining one HGMMA's
+    accumulators into the next is not a write. Conservative: a predicated write counts, a predicated branch may go
+    either way, and so does every general register a wide form may write. An indirect branch (BRX, JMP) ends the
+    walk of its path (Triton's kernels have none)."""
     instrs = []
     for m in _SASS_INSTR.finditer(sass):
         text = m.group(2)
+        predicated = text.startswith("@") and not text.startswith("@PT ")
         body = text.split(None, 1)[1] if text.startswith("@") else text
         op, _, rest = body.partition(" ")
-        instrs.append((int(m.group(1), 16), op, [o.strip() for o in rest.split(",")] if rest else [], text))
+        instrs.append((int(m.group(1), 16), op, [o.strip() for o in rest.split(",")] if rest else [], text,
+                       predicated))
     index = {addr: i for i, (addr, *_) in enumerate(instrs)}
-    groups: collections.deque = collections.deque()
-    open_group: list = [set(), None]
     found: dict[tuple[int, int], WgmmaHazard] = {}
 
-    def step(i: int) -> None:
-        addr, op, operands, text = instrs[i]
+    def successors(i: int) -> list[int]:
+        _, op, operands, _, predicated = instrs[i]
+        base = op.split(".")[0]
+        nxt = [i + 1] if i + 1 < len(instrs) else []
+        if base == "BRA" and operands and operands[-1].startswith("0x"):
+            target = index.get(int(operands[-1], 16))
+            taken = [target] if target is not None else []
+            return taken + nxt if predicated else taken
+        if base in ("EXIT", "RET", "BRX", "JMP", "JMX"):
+            return nxt if predicated else []
+        return nxt
+
+    def step(i: int, state: tuple) -> tuple:
+        """The state after instruction i: (committed groups oldest first, the open group's registers and address)."""
+        groups, open_regs, open_at = state
+        addr, op, operands, text, _ = instrs[i]
         if op.startswith("HGMMA"):
             regs, commit = _hgmma_operands(op, operands)
-            open_group[0] |= regs
-            open_group[1] = addr if open_group[1] is None else open_group[1]
+            open_regs, open_at = open_regs | regs, addr if open_at is None else open_at
             if commit:
-                groups.append((frozenset(open_group[0]), open_group[1]))
-                open_group[0], open_group[1] = set(), None
-            return
+                groups = (groups + ((open_regs, open_at),))[-_MAX_PENDING_GROUPS:]
+                open_regs, open_at = frozenset(), None
+            return groups, open_regs, open_at
         if op.startswith("WARPGROUP.DEPBAR"):
             keep = int(operands[-1], 0)
-            while len(groups) > keep:
-                groups.popleft()
-            return
+            return (groups[len(groups) - keep:] if len(groups) > keep else groups), open_regs, open_at
         base = op.split(".")[0]
         dest = _SASS_REG.match(operands[0]) if operands else None
         if base in _NO_REG_DEST or base.startswith("U") or not dest:
-            return
+            return state
         written = set(range(int(dest.group(1)), int(dest.group(1)) + _dest_width(op)))
-        pending = list(groups) + ([(open_group[0], open_group[1])] if open_group[1] is not None else [])
+        pending = list(groups) + ([(open_regs, open_at)] if open_at is not None else [])
         for regs, hgmma_at in pending:
             hit = written & regs
             if hit:
                 found.setdefault((addr, hgmma_at), WgmmaHazard(addr, text, tuple(sorted(hit)), hgmma_at))
+        return state
 
-    for i, (addr, op, operands, _) in enumerate(instrs):
-        step(i)
-        if op == "BRA" and operands and operands[-1].startswith("0x"):
-            target = int(operands[-1], 16)
-            if target < addr and target in index:
-                for j in range(index[target], i + 1):
-                    step(j)
+    seen: list[set] = [set() for _ in instrs]
+    work = [(0, ((), frozenset(), None))] if instrs else []
+    while work:
+        i, state = work.pop()
+        if state in seen[i]:
+            continue
+        seen[i].add(state)
+        out = step(i, state)
+        work.extend((j, out) for j in successors(i))
     return sorted(found.values(), key=lambda h: (h.at, h.hgmma_at))

@@ -36,7 +36,7 @@ import torch
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
 
-from . import _driver, _launch
+from . import _dequant, _driver, _launch
 from ._driver import ptr
 from .configs import DequantConfig
 
@@ -46,7 +46,7 @@ _CODES_VIEW = "cuda.dequant_cublas.codes"
 def linear(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
            config: DequantConfig) -> torch.Tensor:
     if qw.format in (Format.FP8_TENSOR, Format.FP8_ROW):
-        codes = _launch.dequantize(_codes_view(qw), x2d.dtype, config)  # exact
+        codes = _dequant.dequantize(_codes_view(qw), x2d.dtype, config)  # exact
         scale = qw.scale  # float32, 0-dim or [N]: broadcast along each output row
         with full_precision_reduction():
             if x2d.dtype == torch.bfloat16 and out_dtype == torch.bfloat16 and bias is None:
@@ -61,7 +61,7 @@ def linear(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype:
             y.add_(bias)
         return y if y.dtype == out_dtype else y.to(out_dtype)
     # dequantize(qw) rounded once to x's dtype (exact for MX in bf16), then the same GEMM as bf16 F.linear.
-    w = _launch.dequantize(qw, x2d.dtype, config)
+    w = _dequant.dequantize(qw, x2d.dtype, config)
     with full_precision_reduction():
         if out_dtype == x2d.dtype and (bias is None or bias.dtype == x2d.dtype):
             return torch.nn.functional.linear(x2d, w, bias)

@@ -24,7 +24,7 @@ from dispatch.formats import ActGranularity, Format, QWeight
 from . import _driver, compiler
 from ._driver import ptr
 from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-from .configs import MAX_M, DequantConfig, GemvConfig, token_tiles
+from .configs import MAX_M, GemvConfig, token_tiles
 
 # Per-tensor activation quantization runs in ONE launch up to this many elements: a few CTAs that each read
 # all of x (16-byte loads from L2) to compute the same amax, then quantize a share each. Above it the
@@ -285,29 +285,3 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y
-
-
-def dequant_geometry(n: int, k: int, cfg: DequantConfig) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block) of csrc/dequant.cu: one 16-code chunk per thread when K % 16 == 0, else the scalar
-    grid-stride loop (grid capped, the loop covers the rest)."""
-    if k % 16 == 0:
-        return (max(1, math.ceil(n * k // 16 / cfg.threads)), 1, 1), (cfg.threads, 1, 1)
-    return (max(1, min(math.ceil(n * k / cfg.threads), 65535 * 16)), 1, 1), (cfg.threads, 1, 1)
-
-
-def dequantize(qw: QWeight, dtype: torch.dtype = torch.bfloat16, config: DequantConfig | None = None, *,
-               arch: str | None = None, force_sw_cvt: bool = False) -> torch.Tensor:
-    """dequantize(qw).to(dtype), bit-identical, for bf16/fp16 outputs."""
-    if dtype not in (torch.bfloat16, torch.float16):
-        raise UnsupportedError(f"the dequant kernel writes bf16 or fp16, got {dtype}")
-    if qw.device.type != "cuda":
-        raise FormatError("the dequant kernel needs the weight on a CUDA device")
-    cfg = config or DequantConfig()
-    n, k = qw.shape
-    out = torch.empty((n, k), dtype=dtype, device=qw.device)
-    scale = qw.scale.view(torch.uint8) if qw.format is Format.MXFP8 else qw.scale
-    grid, block = dequant_geometry(n, k, cfg)
-    arch = arch or device_arch(qw.device.index or 0)
-    _driver.launch(_kernel(*dequant_module(qw.format, force_sw_cvt), qw.device.index or 0, arch), grid, block,
-                   (ptr(qw.qdata), ptr(scale), ptr(out), int(n), int(k), int(DTYPE_CODE[dtype])))
-    return out

@@ -151,7 +151,7 @@ class CudaDequantCublas(_CudaCandidate):
     serves = frozenset((f, Act.BF16) for f in Format)
     config_type = DequantConfig
     source_files = SOURCES + ("kernels_cuda/csrc/dequant.cu", "kernels_cuda/csrc/scale_cols.cu",
-                             "kernels_cuda/_dequant_route.py")
+                             "kernels_cuda/_dequant_route.py", "kernels_cuda/_dequant.py")
 
     def supports(self, problem: Problem, target: Target) -> Support:
         t = target_support(target)

@@ -135,9 +135,10 @@ def gemv_configs(problem: Problem, target: Target) -> list[GemvConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class DequantConfig(KernelConfig):
-    """csrc/dequant.cu: `threads` per CTA, each thread one 16-code chunk (K % 16 == 0). More chunks per thread
-    (all loaded before any is decoded) measured 55-76 % of the copy rate on the H200 against 67-94 % for one
-    (session 7, docs/perf/h200_dequant_ab_2026-11-29_s7.md)."""
+    """csrc/dequant.cu: at most `threads` per CTA, each thread one 8-code chunk (K % 8 == 0; _dequant.dequant_geometry).
+    Session 17 (tools/perf/probe_dequant.py on the H200): 8 codes a thread with streaming stores 78-93 % of the copy
+    rate (16 codes: 69-87 %; 4 codes: 47-72 %); session 7: several 16-code chunks a thread, all loaded before any is
+    decoded, 55-76 % (docs/perf/h200_dequant_ab_2026-11-29_s7.md)."""
 
     threads: int = 256
 

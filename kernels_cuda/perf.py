@@ -25,7 +25,7 @@ def main(argv=None) -> None:
     import dispatch
     from dispatch.formats import Act, Format
 
-    from . import _launch
+    from . import _dequant, _launch
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="4 routes, 4 shapes, M = 1 (< 60 s on an H200)")
@@ -97,7 +97,7 @@ def main(argv=None) -> None:
                 print(f"{n:>7} {k:>6} {fmt.value:>10} {act:>4} {m:>3} {us:8.2f} {pct:7.1f}% {bus:8.2f} {bus / us:6.2f}x",
                       flush=True)
             if act == "bf16" and not args.no_dequant:
-                us = graph_time_us([lambda q=q: _launch.dequantize(q, torch.bfloat16) for q in qws])
+                us = graph_time_us([lambda q=q: _dequant.dequantize(q, torch.bfloat16) for q in qws])
                 moved = qw.nbytes + 2 * n * k
                 print(f"{n:>7} {k:>6} {fmt.value:>10} dequant->bf16 {us:8.2f} us "
                       f"{moved / (us * 1e-6) / (COPY_GBPS * 1e9) * 100:5.1f}% of copy BW (read+write)", flush=True)
@@ -114,7 +114,7 @@ def dequant_main(args) -> None:
     from dispatch.formats import Format
     from tools.perf.timing import CudaTimer, RotationPolicy, l2_bytes, measure_ceilings, one_rotation, warm_gpu
 
-    from . import _launch
+    from . import _dequant
     from .candidates import DEQUANT_CONFIGS
 
     timer, rotation, l2 = CudaTimer(), RotationPolicy(), l2_bytes("cuda")
@@ -137,7 +137,7 @@ def dequant_main(args) -> None:
             moved = qw.nbytes + 2 * n * k
             cells, pcts = [], []
             for cfg in DEQUANT_CONFIGS:
-                t = timer.time(lambda i, cfg=cfg, q=qws: _launch.dequantize(q[i], torch.bfloat16, cfg), len(qws),
+                t = timer.time(lambda i, cfg=cfg, q=qws: _dequant.dequantize(q[i], torch.bfloat16, cfg), len(qws),
                                one_rotation(15))
                 if t.us is None:
                     raise RuntimeError(f"{fmt.value} {n}x{k} {cfg}: {t.note}")

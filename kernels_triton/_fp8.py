@@ -146,6 +146,8 @@ _ASM_SPREAD = tl.constexpr(_SPREAD_PREFIX + """fma.rn.bf16x2 $0, s, m, z;
 _ASM_SPREAD_SCALED = tl.constexpr(_SPREAD_PREFIX + """fma.rn.bf16x2 s, s, m, z;
         fma.rn.bf16x2 $0, s, $2, z;
         }""")
+_ASM_SPREAD_FOLDED = tl.constexpr(_SPREAD_PREFIX + """fma.rn.bf16x2 $0, s, $2, z;
+        }""")
 
 
 @triton.jit
@@ -190,6 +192,36 @@ def e4m3_to_bf16_scaled(codes, scale):
         asm=_ASM_SPREAD_SCALED,
         constraints="=r,h,r",
         args=[codes, scale],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+# Largest e8m0 code whose MX scale folds into the decode's one FMA (e4m3_to_bf16_mx_folded): 2^(code - 7) is a bf16
+# number up to code 134 (scale 2^7, group amax 448 x 128). kernels_cuda's fp8d_mx_decode_mul folds the same way.
+MX_FOLD_MAX: tl.constexpr = tl.constexpr(134)
+
+
+@triton.jit
+def e8m0_to_bf16_fold_mul(code):
+    """uint8 e8m0 code c <= MX_FOLD_MAX -> 2^(c - 7) as bf16 (the multiplier e4m3_to_bf16_mx_folded takes): the code
+    plus 120 on the exponent field, no special cases (c = 0 gives 2^-7; codes above MX_FOLD_MAX, 255 among them,
+    are the caller's to exclude)."""
+    return ((code.to(tl.int32) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def e4m3_to_bf16_mx_folded(codes, mul):
+    """e4m3 codes (uint8) x 2^(c - 127) -> bf16 in ONE bf16x2 FMA per pair, `mul` = e8m0_to_bf16_fold_mul(c).
+
+    The spread is the value times 2^-120 (exact, subnormals kept), so one FMA by 2^(c - 7) with a -0 addend forms
+    value x 2^(c - 127) with a single rounding: the bits e4m3_to_bf16_scaled gives with its two FMAs (the first
+    of them exact). Valid for c <= MX_FOLD_MAX only. NVIDIA PTX only."""
+    return tl.inline_asm_elementwise(
+        asm=_ASM_SPREAD_FOLDED,
+        constraints="=r,h,r",
+        args=[codes, mul],
         dtype=tl.bfloat16,
         is_pure=True,
         pack=2,

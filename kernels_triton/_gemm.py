@@ -50,6 +50,9 @@ Scale application (where each layout's scale enters, and why that is exact or fp
                      fp32) unless the product falls below bf16's range: |w| < 2^-133 flushes to zero,
                      and values in bf16's subnormal range (< 2^-126) keep fewer bits. Real MX weights
                      (e >= -127 with codes >= 2^-9) reach that only for groups whose amax < ~2^-118.
+                     MX_FOLD (the fast bf16 decode, every scale code of the weight <= 134, known at
+                     load time): 2^e rides on the decode's one FMA (the same bits, one bf16x2 FMA per pair
+                     fewer); a weight with a larger code runs the second FMA.
   W8A16 MX32 + fp16  w * 2^e would overflow/underflow fp16, so 2^e multiplies 32-deep partial products
                      (BLOCK_K == 32) instead: exact codes, one fp32 multiply per 32 along K.
   W8A8 TENSOR_TENSOR epilogue: acc * s_x * s_w.
@@ -67,7 +70,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._fp8 import e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16, e8m0_to_f32
+from ._fp8 import (e4m3_to_bf16_mx_folded, e4m3_to_bf16_scaled, e4m3_to_bf16_spread, e4m3_to_f32, e8m0_to_bf16,
+                   e8m0_to_bf16_fold_mul, e8m0_to_f32)
 from ._pdl import enter
 from ._wgmma import wait_all
 
@@ -237,6 +241,7 @@ def _w8a16_gemm_kernel(
     DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FAST_BF16: tl.constexpr = False, WGMMA_DRAIN: tl.constexpr = False, PDL: tl.constexpr = False,
+    MX_FOLD: tl.constexpr = False,
 ):
     """y[M, N] = x[M, K] @ dequant(w)[N, K]^T (+ bias). x bf16/fp16; w codes fp8e4nv (HW_FP8) or uint8.
 
@@ -248,6 +253,8 @@ def _w8a16_gemm_kernel(
     SPLIT: this program reduces only its split's K tiles and stores an fp32 partial to part_ptr (module
     docstring); y_ptr and bias are then written by the reduction.
     PDL: launched programmatically (kernels_triton._pdl): waits for the previous kernel before touching memory.
+    MX_FOLD (MX32 with FAST_BF16): every scale code of the weight is <= _fp8.MX_FOLD_MAX (the launcher knows it
+    from the weight's load-time preparation, _gemm_launch.mx_fold_ok), so 2^e rides on the decode's one FMA.
     """
     if USE_TMA:
         DTYPE: tl.constexpr = x_ptr.dtype
@@ -284,7 +291,11 @@ def _w8a16_gemm_kernel(
             # (>= every BLOCK_K / 32), so the load is 4+ contiguous aligned bytes that the pipeliner
             # copies asynchronously; padded groups multiply weight codes that are masked to 0.
             e = tl.load(ws_row[:, None] + (k0 // _MX + offs_g)[None, :])
-            if FAST_BF16:  # the same single rounding of code x 2^e, in bf16x2 FMAs (_fp8.e4m3_to_bf16_scaled)
+            if MX_FOLD:  # one bf16x2 FMA per pair, by 2^(e - 7) (_fp8.e4m3_to_bf16_mx_folded)
+                sb = tl.reshape(tl.broadcast_to(e8m0_to_bf16_fold_mul(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
+                                (BLOCK_N, BLOCK_K))
+                w = e4m3_to_bf16_mx_folded(codes.to(tl.uint8, bitcast=True), sb)
+            elif FAST_BF16:  # the same single rounding of code x 2^e, in bf16x2 FMAs (_fp8.e4m3_to_bf16_scaled)
                 sb = tl.reshape(tl.broadcast_to(e8m0_to_bf16(e)[:, :, None], (BLOCK_N, BLOCK_K // _MX, _MX)),
                                 (BLOCK_N, BLOCK_K))
                 w = e4m3_to_bf16_scaled(codes.to(tl.uint8, bitcast=True), sb)

@@ -19,6 +19,36 @@ from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
 from .candidates import TritonCandidate, check_compiled
 
 
+_MX_FOLD_PENDING = "kernels_triton.gemm.mx_fold_pending"
+
+
+def _start_mx_fold_read(qw: QWeight) -> None:
+    """Load time, on the dispatcher's path: whether the mxfp8 weight's scales fold into the W8A16 GEMM's decode
+    (_gemm_launch.mx_fold_ok) is reduced on the device and copied into pinned memory behind an event, never read
+    synchronously (dispatch's contract: preparation does not synchronize the host). Until `_settle_mx_fold` finds
+    the copy done, the launcher's cached answer is False: the unfolded decode, which gives the same bits."""
+    from ._gemm_launch import _MX_FOLD_KEY, MX_FOLD_MAX
+    if qw._cache.get(_MX_FOLD_KEY) is not None or qw.device.type != "cuda":
+        return  # known already, or a CPU weight (the launcher reads it directly: nothing to wait for)
+    flag = torch.empty(1, dtype=torch.uint8, pin_memory=True)
+    flag.copy_((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).to(torch.uint8).reshape(1), non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    qw._cache[_MX_FOLD_PENDING] = (flag, done)
+    qw._cache[_MX_FOLD_KEY] = False
+
+
+def _settle_mx_fold(qw: QWeight) -> None:
+    """Per call while the read `_start_mx_fold_read` started is pending: once its event has completed (a query, not a
+    wait; none inside CUDA-graph capture), the launcher's cached answer becomes the weight's."""
+    pending = qw._cache.get(_MX_FOLD_PENDING)
+    if pending is None or torch.cuda.is_current_stream_capturing() or not pending[1].query():
+        return
+    from ._gemm_launch import _MX_FOLD_KEY
+    qw._cache[_MX_FOLD_KEY] = bool(pending[0][0])
+    del qw._cache[_MX_FOLD_PENDING]
+
+
 class _GemmCandidate(TritonCandidate):
     config_type = GemmConfig
 
@@ -54,6 +84,7 @@ class TritonW8A16Gemm(_GemmCandidate):
     def prepare(self, qw: QWeight) -> Any:
         if qw.format is Format.MXFP8:
             from ._gemm_launch import mx_scale_rows
+            _start_mx_fold_read(qw)
             return mx_scale_rows(qw)  # padded e8m0 rows, cached on the weight (see its docstring)
         return None
 
@@ -62,6 +93,8 @@ class TritonW8A16Gemm(_GemmCandidate):
         from ._gemm_launch import w8a16_gemm
         assert isinstance(config, GemmConfig)
         qw.require(qw.format, Act.BF16)
+        if qw.format is Format.MXFP8:
+            _settle_mx_fold(qw)
         hw = detect(x2d.device).has_triton_fp8_dtype
         y = w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
         check_compiled("_gemm", "_w8a16_gemm_kernel", self.id)

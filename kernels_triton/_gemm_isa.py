@@ -35,7 +35,7 @@ def _operand_types(cfg: GemmConfig, x_type: str, code_type: str) -> tuple[str, s
     return "*" + x_type, "*" + code_type
 
 
-def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> IsaVariant:
+def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig, mx_fold: bool = True) -> IsaVariant:
     from ._gemm import _w8a16_gemm_kernel
     code = _code_type(target)
     xsig, wsig = _operand_types(cfg, x, code)
@@ -48,7 +48,9 @@ def _w8a16_variant(target: Target, wscale: WScale, x: str, cfg: GemmConfig) -> I
           "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
           # as the launcher decides (_gemm_launch.fast_bf16_decode): NVIDIA targets, bf16 x, codes decoded alone
           "FAST_BF16": target.arch.startswith("sm_") and x == "bf16",
-          "WGMMA_DRAIN": target.has_wgmma, "PDL": pdl_target(target)}
+          "WGMMA_DRAIN": target.has_wgmma, "PDL": pdl_target(target),
+          # the launcher's choice for real weights (every MX scale code <= 134); mx_fold=False: the other decode
+          "MX_FOLD": mx_fold and wscale is WScale.MX32 and x == "bf16" and target.arch.startswith("sm_")}
     name = (f"w8a16_gemm[{wscale.name.lower()},{x}{',swap_ab' if cfg.swap_ab else ''}{',tma' if cfg.tma else ''}"
             f"{',splitk' if cfg.split_k != 1 else ''}]")
     # The mx scale rows are padded to 16 groups by the launcher: stride_ws % 16 == 0 always.

@@ -15,6 +15,7 @@ from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
 from dispatch.target import detect
 
+from . import _fp8
 from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
 from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
@@ -56,6 +57,8 @@ def codes_view(t: torch.Tensor, hw_fp8: bool) -> torch.Tensor:
 
 MX_ROW_PAD = 16  # groups: covers every block_k / 32 <= 8 and gives the row stride divisibility by 16
 _MX_CACHE_KEY = "kernels_triton.gemm.mx_scale_rows"
+_MX_FOLD_KEY = "kernels_triton.gemm.mx_fold_ok"
+MX_FOLD_MAX = _fp8.MX_FOLD_MAX.value  # the largest e8m0 code whose 2^(code - 7) is a bf16 number
 
 
 def mx_scale_rows(qw: QWeight) -> torch.Tensor:
@@ -77,6 +80,21 @@ def mx_scale_rows(qw: QWeight) -> torch.Tensor:
     out[:, :g] = codes
     qw._cache[_MX_CACHE_KEY] = out
     return out
+
+
+def mx_fold_ok(qw: QWeight) -> bool:
+    """Whether every e8m0 code of the mxfp8 weight is <= MX_FOLD_MAX (scale <= 2^7, group amax <= 448 x 128: every
+    real checkpoint), so the W8A16 GEMM folds 2^e into its decode's one FMA (MX_FOLD). Read from the device once per
+    weight, at load time (`Candidate.prepare`, never inside CUDA-graph capture: dispatch.linear refuses that) and
+    cached on the weight. A launch that finds no cached answer while a graph is being captured takes the unfolded
+    decode (exact for every code) rather than synchronize."""
+    ok = qw._cache.get(_MX_FOLD_KEY)
+    if ok is None:
+        if qw.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return False
+        ok = bool((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).item())
+        qw._cache[_MX_FOLD_KEY] = ok
+    return ok
 
 
 def _weight_scale_args(qw: QWeight) -> tuple[torch.Tensor, int]:
@@ -181,6 +199,7 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
     mx_prescale = wscale is WScale.MX32 and not fp16_x
     pdl = pdl_launch(x.device)
+    fast_bf16 = fast_bf16_decode(x.dtype, dot_f32)
     _w8a16_gemm_kernel[_grid(m, n, config, split)](
         xa, wa, ws, bias if bias is not None else y, y, part,
         m, n, k, split,
@@ -188,7 +207,8 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
         WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=bias is not None,
         HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        FAST_BF16=fast_bf16_decode(x.dtype, dot_f32), WGMMA_DRAIN=wgmma_drain(x.device, dot_f32), PDL=pdl,
+        FAST_BF16=fast_bf16, WGMMA_DRAIN=wgmma_drain(x.device, dot_f32), PDL=pdl,
+        MX_FOLD=mx_prescale and fast_bf16 and mx_fold_ok(qw),
         num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
     )
     _reduce_splits(part, bias, y, split, pdl)

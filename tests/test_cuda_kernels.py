@@ -34,6 +34,12 @@ def launch():
     return _launch
 
 
+def _dequant():
+    from kernels_cuda import _dequant
+
+    return _dequant
+
+
 def _weight(n: int, k: int, seed: int) -> torch.Tensor:
     g = torch.Generator(device="cuda").manual_seed(seed)
     w = torch.randn(n, k, device="cuda", generator=g)
@@ -277,15 +283,17 @@ def test_act_quant_per_tensor_nan_in_one_cta_share_reaches_all(launch, m):
 @pytest.mark.parametrize("fmt", list(Format))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dequant_bit_identical(launch, fmt, dtype, arch):
-    """Every tuned config, on shapes whose chunk count is not a multiple of the CTA (tails), K not a multiple of 16
-    (the scalar path), and rows crossing blocks."""
+    """Every tuned config, on shapes whose chunk count is not a multiple of the CTA (tails), K a multiple of 8 but not
+    of 16, K not a multiple of 8 (the scalar path), rows crossing blocks, and more row blocks than gridDim.y holds
+    (65600 rows of 128 chunks: the 128-thread config's grid spills into z)."""
     from kernels_cuda.candidates import DEQUANT_CONFIGS
 
-    for i, (n, k) in enumerate([(256, 4096), (300, 1040), (33, 100), (129, 576), (1000, 2064)]):
+    for i, (n, k) in enumerate([(256, 4096), (300, 1040), (33, 100), (129, 576), (1000, 2064), (70, 1000),
+                                (65600, 1024)]):
         qw = dispatch.quantize(_weight(n, k, i), fmt, act="bf16")
         want = dispatch.dequantize(qw).to(dtype)
         for cfg in DEQUANT_CONFIGS:
-            got = launch.dequantize(qw, dtype, cfg, arch=arch)
+            got = _dequant().dequantize(qw, dtype, cfg, arch=arch)
             assert torch.equal(got, want), f"{fmt} [{n}, {k}] {dtype} {cfg}"
 
 
@@ -293,7 +301,7 @@ def test_dequant_bit_identical(launch, fmt, dtype, arch):
 def test_dequant_all_codes_including_nan(launch, arch):
     q = torch.arange(256, device="cuda", dtype=torch.int32).to(torch.uint8).repeat(4, 4)
     qw = QWeight(Format.FP8_TENSOR, Act.BF16, q.view(torch.float8_e4m3fn).contiguous(), torch.tensor(1.0, device="cuda"))
-    got = launch.dequantize(qw, torch.bfloat16, arch=arch).float()
+    got = _dequant().dequantize(qw, torch.bfloat16, arch=arch).float()
     want = dispatch.dequantize(qw).to(torch.bfloat16).float()
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     assert torch.equal(got.nan_to_num(), want.nan_to_num())

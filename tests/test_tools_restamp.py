@@ -59,6 +59,23 @@ def test_only_comment_and_docstring_edits_are_equivalent():
     assert "cannot be parsed" in rt.why_not_equivalent("k.py", PY_OLD, b"def (:\n")
 
 
+def test_removing_definitions_nothing_uses_is_equivalent():
+    """Code moved out of a hashed file (kernels_cuda/_launch.py lost the dequant launcher in session 17): deleting
+    top-level definitions, and the import names only they used, changes none of the code that stays."""
+    old = (b"from m import a, b\n\ndef keep(x):\n    return a(x)\n\ndef gone(x):\n    'doc'\n    return b(x)\n\n"
+           b"class Gone:\n    pass\n")
+    new = b"from m import a\n\ndef keep(x):\n    'now documented'\n    return a(x)\n"
+    assert rt.removed_unused_definitions(old, new) == ["b", "gone", "Gone"]
+    assert rt.why_not_equivalent("k.py", old, new) is None
+    # not when what stays still uses a removed name, or when anything else changed too
+    assert rt.removed_unused_definitions(old + b"y = gone\n", new + b"y = gone\n") is None
+    assert rt.removed_unused_definitions(old, new + b"__all__ = ['gone']\n") is None
+    assert rt.removed_unused_definitions(old, new.replace(b"a(x)", b"a(x + 1)")) is None
+    assert rt.removed_unused_definitions(old, new.replace(b"from m import a", b"from m import a, c")) is None
+    assert rt.removed_unused_definitions(old + b"z = 1\n", new) is None  # a statement that is not a definition
+    assert "code changed" in rt.why_not_equivalent("k.py", old, new.replace(b"a(x)", b"a(x + 1)"))
+
+
 def _table(entries):
     t = tables.new_table(Target.simulated_for("sm_90", torch_version="2.11.0"), path="mem.yaml")
     return tables.merge(t, entries)

@@ -171,6 +171,46 @@ def test_aot_sm90_mx_exponents_load_asynchronously():
     assert not re.search(r"= tt\.load ", _loop(ck.asm["ttgir"]))
 
 
+def test_aot_sm90_mx_scale_folds_into_the_decode_fma():
+    """With MX_FOLD (every scale code of the weight <= 134) the sm_90 mxfp8 W8A16 GEMM decodes with one bf16x2 FMA per
+    pair, as the tensor / row decode does (2^e rides on it); without it, two."""
+    import collections
+
+    from dispatch.isa import main_loop_instructions
+    from kernels_triton._gemm_config import GemmConfig
+    from kernels_triton._gemm_isa import _w8a16_variant, compile_variant
+    from kernels_triton._gemm_layouts import WScale
+    from kernels_triton.isa import sass_of
+
+    cfg = GemmConfig(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4, swap_ab=True, tma=True,
+                     split_k=0)  # a table config of mxfp8 and fp8_row at M = 64, 256
+
+    def hmul2(wscale, fold=True):
+        v = _w8a16_variant(Target.simulated_for("sm_90"), wscale, "bf16", cfg, mx_fold=fold)
+        loop = main_loop_instructions(sass_of(compile_variant(v).asm["cubin"]))
+        return collections.Counter(t.split()[0] for t in loop)["HMUL2.BF16_V2"]
+
+    row = hmul2(WScale.ROW)
+    assert row > 0 and hmul2(WScale.MX32) == row and hmul2(WScale.MX32, fold=False) == 2 * row
+
+
+def test_mx_fold_ok_marks_weights_whose_scales_fold():
+    pytest.importorskip("triton")
+    import dispatch
+    from kernels_triton._gemm_launch import MX_FOLD_MAX, mx_fold_ok
+
+    w = torch.randn(64, 128)
+    qw = dispatch.quantize(w, "mxfp8", act="bf16")
+    assert mx_fold_ok(qw) is True
+    for code, folds in ((MX_FOLD_MAX, True), (MX_FOLD_MAX + 1, False), (255, False)):
+        s = qw.scale.view(torch.uint8).clone()
+        s[3, 1] = code
+        assert mx_fold_ok(dispatch.QWeight(qw.format, qw.act, qw.qdata, s.view(torch.float8_e8m0fnu))) is folds, code
+    # from a bf16 weight: a group amax above 448 x 2^7 needs scale code 135
+    w[5, :32] = 448.0 * 2**7 * 1.5
+    assert mx_fold_ok(dispatch.quantize(w, "mxfp8", act="bf16")) is False
+
+
 def test_aot_fp8_mma_families():
     assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in _compile("sm_90", "w8a8_gemm[token_row]").asm["ptx"]
     sm80 = _compile("sm_80", "w8a8_gemm[group_block]").asm["ptx"]

@@ -225,6 +225,34 @@ def test_candidate_run_with_fused_act_quant(fmt, act):
     _check(y, x, qw, None, fp8_mma=(act == "fp8" and tgt.has_fp8_mma), what=f"{cand.id} {fmt}")
 
 
+def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
+    """The dispatcher's path (triton.w8a16_gemm prepare / run): whether an mxfp8 weight's scales fold into the decode
+    is read asynchronously (no host sync while preparing or running), the unfolded decode runs until the read has
+    landed, the folded one after it, and both give the same bits."""
+    from kernels_triton import _gemm_candidates
+    from kernels_triton._gemm_launch import _MX_FOLD_KEY
+
+    cand, _ = _cands()
+    qw = dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16")
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    cfg = cand.default_config(Problem(Format.MXFP8, Act.BF16, 256, 512, 1024), detect(torch.device("cuda")))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(torch.cuda.Stream()):  # a busy stream: the flag's copy queues behind this work
+            torch.cuda._sleep(50_000_000)
+            prepared = cand.prepare(qw)
+            assert qw._cache[_MX_FOLD_KEY] is False and _gemm_candidates._MX_FOLD_PENDING in qw._cache
+            y_unfolded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
+            assert qw._cache[_MX_FOLD_KEY] is False  # the copy has not landed yet: the unfolded decode ran
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    y_folded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
+    assert qw._cache[_MX_FOLD_KEY] is True and _gemm_candidates._MX_FOLD_PENDING not in qw._cache
+    assert torch.equal(y_unfolded, y_folded)
+
+
 def test_cuda_graph_capture_and_replay():
     """No host sync or value-dependent branch: capture run() (act quant + GEMM) and replay on new inputs."""
     a16, a8 = _cands()
@@ -325,14 +353,15 @@ def test_problem_act_and_fmt_tags_are_checked():
 
 
 @pytest.mark.parametrize("hw", [True, False], ids=["hw_fp8", "sm80_path"])
-@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_row", "fp8_block", "mxfp8"])
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_row", "fp8_block", "mxfp8", "mxfp8_large_scales"])
 def test_w8a16_bf16_decode_is_exact_for_every_code(fmt, hw):
     """The W8A16 GEMM's bf16 decode (_fp8.e4m3_to_bf16_spread unless FP8DISPATCH_TRITON_FAST_BF16=0) is exact for
-    every finite e4m3 code (mxfp8: under e8m0 codes 0..246 as well): with one-hot activations each output is one
-    decoded weight times its scale, rounded once, so y must equal dequantize(qw) rounded to bf16 exactly (subnormals
-    included; -0 sums with the +0 products to +0, so zeros compare by value). The first 8 configs of the target's
-    space (swap_ab and TMA variants among them)."""
-    from kernels_triton._gemm_launch import fast_bf16_decode
+    every finite e4m3 code (mxfp8: under e8m0 codes 0..134, so the decode's one FMA carries 2^e (MX_FOLD);
+    mxfp8_large_scales: codes 0..246, the second FMA): with one-hot activations each
+    output is one decoded weight times its scale, rounded once, so y must equal dequantize(qw) rounded to bf16
+    exactly (subnormals included; -0 sums with the +0 products to +0, so zeros compare by value). The first 8
+    configs of the target's space (swap_ab and TMA variants among them)."""
+    from kernels_triton._gemm_launch import fast_bf16_decode, mx_fold_ok
 
     if hw and not detect(torch.device("cuda")).has_triton_fp8_dtype:
         pytest.skip("no Triton fp8 type on this GPU")
@@ -349,10 +378,14 @@ def test_w8a16_bf16_decode_is_exact_for_every_code(fmt, hw):
         scale = torch.exp2(torch.randint(-8, 8, (n,), device="cuda", generator=g).float()) * 1.25
     elif fmt == "fp8_block":
         scale = torch.exp2(torch.randint(-8, 8, (n // 128, k // 128), device="cuda", generator=g).float()) * 1.25
-    else:  # every e8m0 code that cannot overflow (448 x 2^119 < 2^128), 0 (2^-127: subnormal products) included
-        e = torch.arange(n * (k // 32), device="cuda") % 247
+    else:  # every e8m0 code that cannot overflow (448 x 2^119 < 2^128), 0 (2^-127: subnormal products) included;
+        # mxfp8: every code the folded decode takes (scale <= 2^7)
+        e = torch.arange(n * (k // 32), device="cuda") % (247 if fmt == "mxfp8_large_scales" else 135)
         scale = e[torch.randperm(e.numel(), device="cuda")].view(n, k // 32).to(torch.uint8).view(torch.float8_e8m0fnu)
+        fmt = "mxfp8"
     qw = dispatch.QWeight(Format(fmt), Act.BF16, q.view(torch.float8_e4m3fn), scale)
+    if fmt == "mxfp8":  # which decode the launcher picks
+        assert mx_fold_ok(qw) == (int(scale.view(torch.uint8).max()) <= 134)
     want = dispatch.dequantize(qw).to(torch.bfloat16).t()  # y[m, n] = w[n, m] for x = I
     x = torch.eye(k, device="cuda", dtype=torch.bfloat16)
     arch = _device_arch() if hw else "sm_80"

@@ -59,6 +59,29 @@ def test_the_next_iteration_of_a_loop_counts_against_the_last_hgmmas():
     assert wgmma_register_hazards(drained) == []
 
 
+def test_the_walk_follows_branches_not_the_layout():
+    # An if / else with a loop of HGMMAs in each arm, as the W8A16 GEMM's two mxfp8 K loops are laid out: the
+    # first arm jumps over the second (unconditional BRA), which is reached only from the branch before both.
+    # Code of the second arm that writes registers of the first arm's HGMMAs is not a hazard; the join is
+    # reached from both arms, so a write there before the wait is one.
+    lines = ["@P0 BRA 0x50",                                                # 0x00: to the second arm
+             "HGMMA.64x64x16.F32.BF16 R24, R88, gdesc[UR8], R24, gsb0",     # 0x10: first arm
+             "@P1 BRA 0x10",                                                # 0x20: its loop
+             "BRA 0x80",                                                    # 0x30: to the join
+             "NOP",                                                         # 0x40
+             "MOV R88, RZ",                                                 # 0x50: second arm writes R88
+             "HGMMA.64x64x16.F32.BF16 R24, R92, gdesc[UR8], R24, gsb0",     # 0x60
+             "@P1 BRA 0x60",                                                # 0x70: its loop, then falls to the join
+             "MOV R93, RZ",                                                 # 0x80: join, before the wait
+             "WARPGROUP.DEPBAR.LE gsb0, 0x0", "MOV R89, RZ", "EXIT"]
+    got = sorted({(h.at, h.hgmma_at) for h in wgmma_register_hazards(_sass(lines))})
+    assert got == [(0x80, 0x60)]  # R93 of the second arm's HGMMA; the MOV R88 at 0x50 is no hazard
+    # Where the first arm falls through instead (a predicated jump), the second arm's write is one.
+    lines[3] = "@P2 BRA 0x80"
+    got = sorted({(h.at, h.hgmma_at) for h in wgmma_register_hazards(_sass(lines))})
+    assert got == [(0x50, 0x10), (0x80, 0x60)]
+
+
 def test_shared_memory_operands_and_stores_are_not_register_writes():
     sass = _sass(["HGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0",  # A from shared memory
                   "STS [R88], R90", "ISETP.GE.AND P0, PT, R88, R2, PT", "LDS.U16 R88, [R2]",

@@ -10,6 +10,8 @@ REV is the git revision whose sources were measured. For each stale entry, the c
 to the entry's recorded source_hash (so REV really is the measured code), and every one of them must be equivalent
 at REV and in the checkout:
   .py          the same syntax tree once docstrings are removed (comments are not in it; neither are line numbers),
+               or that tree less top-level functions / classes (and the import names only they used) that nothing
+               left in the file mentions: code deleted or moved to another module, none changed,
   .cu / .cuh   the same lines once // and /* */ comments, leading and trailing blanks and empty lines are removed
                (string and character literals are kept as they are),
   other files  the same bytes.
@@ -33,7 +35,7 @@ Reader = Callable[[str], "bytes | None"]
 
 
 # --- equivalence ----------------------------------------------------------------------------------------------
-def _python_without_docstrings(src: bytes) -> str:
+def _tree_without_docstrings(src: bytes) -> ast.Module:
     tree = ast.parse(src)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -41,7 +43,58 @@ def _python_without_docstrings(src: bytes) -> str:
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:]
-    return ast.dump(tree)
+    return tree
+
+
+def _python_without_docstrings(src: bytes) -> str:
+    return ast.dump(_tree_without_docstrings(src))
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _aliases(node: ast.ImportFrom, ordered: bool = False):
+    names = [(x.name, x.asname) for x in node.names]
+    return names if ordered else set(names)
+
+
+def removed_unused_definitions(old: bytes, new: bytes) -> list[str] | None:
+    """The names of the top-level definitions `new` lost, when that is its only code change: `new` is `old`
+    (docstrings aside) less some top-level functions / classes, and less the names of `from ... import` lists that
+    only they used, and nothing left in `new` mentions any of those names (as a name, an attribute or a string).
+    Deleting code nothing calls (moving it to another module) changes none of the code that stays. None otherwise."""
+    o, n = _tree_without_docstrings(old).body, _tree_without_docstrings(new).body
+    removed: list[str] = []
+    i = 0
+    for stmt in n:
+        while i < len(o) and ast.dump(o[i]) != ast.dump(stmt):
+            a = o[i]
+            if isinstance(a, _DEFS):
+                removed.append(a.name)
+            elif isinstance(a, ast.ImportFrom) and isinstance(stmt, ast.ImportFrom) and a.module == stmt.module \
+                    and a.level == stmt.level and _aliases(stmt) < _aliases(a) \
+                    and [x for x in _aliases(a, ordered=True) if x in _aliases(stmt)] == _aliases(stmt, ordered=True):
+                removed += [x[1] or x[0] for x in _aliases(a, ordered=True) if x not in _aliases(stmt)]
+                break  # stmt is this import, less some names
+            else:
+                return None
+            i += 1
+        if i == len(o):
+            return None
+        i += 1
+    for a in o[i:]:
+        if not isinstance(a, _DEFS):
+            return None
+        removed.append(a.name)
+    used: set[str] = set()
+    for node in ast.walk(ast.Module(body=n, type_ignores=[])):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.update(node.value.replace(".", " ").split())
+    return removed if removed and not used & set(removed) else None
 
 
 def strip_c_comments(src: str) -> str:
@@ -83,7 +136,8 @@ def why_not_equivalent(path: str, old: bytes | None, new: bytes | None) -> str |
     suffix = pathlib.PurePath(path).suffix
     try:
         if suffix == ".py":
-            same = _python_without_docstrings(old) == _python_without_docstrings(new)
+            same = _python_without_docstrings(old) == _python_without_docstrings(new) \
+                or removed_unused_definitions(old, new) is not None
         elif suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"):
             same = _c_code_lines(old) == _c_code_lines(new)
         else:
@@ -128,8 +182,13 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
             entries.append(e)
         else:
             note = f"{e.note}; " if e.note else ""
-            e2 = dataclasses.replace(e, source_hash=current,
-                                     note=f"{note}re-stamped from {base_name}: comments/docstrings changed only")
+            removed = sorted({name for f in files if f.endswith(".py") and (a := base(f)) is not None
+                              and (b := now(f)) is not None and a != b
+                              and _python_without_docstrings(a) != _python_without_docstrings(b)
+                              for name in removed_unused_definitions(a, b) or ()})
+            what = "comments/docstrings changed only" if not removed else \
+                f"comments/docstrings changed and unused definitions removed ({', '.join(removed)})"
+            e2 = dataclasses.replace(e, source_hash=current, note=f"{note}re-stamped from {base_name}: {what}")
             out.restamped.append(e2)
             entries.append(e2)
     return dataclasses.replace(table, entries=tuple(entries)), out

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import dispatch
     from dispatch.formats import Format
-    from kernels_cuda import _driver, _launch, compiler
+    from kernels_cuda import _dequant, _driver, _launch, compiler
     from kernels_cuda._driver import ptr
     from kernels_cuda._kinds import DTYPE_CODE, SCALE_CODE
     from kernels_cuda.candidates import DEQUANT_CONFIGS
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
             for q in qws:  # the old kernel is bit-identical too, or its time means nothing
                 assert torch.equal(old_dequant(q), dispatch.dequantize(q).to(torch.bfloat16))
             us = [timed(lambda i, q=qws: old_dequant(q[i]), nc)]
-            us += [timed(lambda i, q=qws, c=c: _launch.dequantize(q[i], torch.bfloat16, c), nc) for c in new_cfgs]
+            us += [timed(lambda i, q=qws, c=c: _dequant.dequantize(q[i], torch.bfloat16, c), nc) for c in new_cfgs]
             if copy_us is None:
                 half = moved // 2 // 4  # fp32 elements in (and out): the same bytes moved
                 srcs = [torch.zeros(half, device="cuda") for _ in range(rotation.copies(half * 4, l2))]

@@ -18,7 +18,7 @@ import torch
 
 import dispatch
 from dispatch.formats import Format
-from kernels_cuda import _dequant_route, _launch
+from kernels_cuda import _dequant, _dequant_route
 
 from .timing import FINAL, CudaTimer, RotationPolicy, l2_bytes, warm_gpu
 
@@ -33,7 +33,7 @@ def _one_shape(n: int, k: int, ms: list[int], timer: CudaTimer, l2: int) -> None
     ncopies = RotationPolicy().copies(n * k * 2, l2)  # sized for the bf16 copies, the largest ones
     qws = [dispatch.quantize(w, Format.FP8_ROW, act="bf16") for _ in range(ncopies)]
     views = [_dequant_route._codes_view(q) for q in qws]
-    codes = [_launch.dequantize(v, torch.bfloat16) for v in views]
+    codes = [_dequant.dequantize(v, torch.bfloat16) for v in views]
     wbf = [w.clone() for _ in range(ncopies)]
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -45,7 +45,7 @@ def _one_shape(n: int, k: int, ms: list[int], timer: CudaTimer, l2: int) -> None
                 return torch.mm(x, codes[i].t())
 
         calls = {
-            "codes": lambda i: _launch.dequantize(views[i], torch.bfloat16),
+            "codes": lambda i: _dequant.dequantize(views[i], torch.bfloat16),
             "gemm": gemm,
             "scale": lambda i: _dequant_route.scale_columns_(y, scale),
             "mul_": lambda i: y.mul_(scale),
