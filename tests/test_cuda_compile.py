@@ -68,9 +68,13 @@ def test_no_spills(rows):
 
 
 def test_weight_streams_use_128_bit_loads(rows):
+    """The GEMVs read the weight in 16-byte loads; the dequant kernel in 8-byte ones (8 codes a thread: on the H200
+    that reached >= 85 % of the copy rate in 21 of 32 cells against 6 at 16 codes, session 17)."""
     for r in rows:
-        if r.kernel.startswith(("w8a16", "w8a8", "dequant")):
+        if r.kernel.startswith(("w8a16", "w8a8")):
             assert r.widest_load_bits == 128, (r.kernel, r.target)
+        if r.kernel.startswith("dequant"):
+            assert r.widest_load_bits == 64, (r.kernel, r.target)
 
 
 def test_fp8_conversion_hardware_on_sm89_plus_software_on_sm80(rows):

@@ -193,7 +193,7 @@ def test_dequant_route_picks_the_output_path_by_dtypes_and_bias(monkeypatch):
     monkeypatch.setattr(torch, "mm", fake_mm)
     monkeypatch.setattr(torch.nn.functional, "linear",
                         lambda x, w, b=None: (x.double() @ w.double().T + (0 if b is None else b.double())).to(x.dtype))
-    monkeypatch.setattr(_dequant_route._launch, "dequantize", lambda qw, dtype, cfg=None: dispatch.dequantize(qw).to(dtype))
+    monkeypatch.setattr(_dequant_route._dequant, "dequantize", lambda qw, dtype, cfg=None: dispatch.dequantize(qw).to(dtype))
     monkeypatch.setattr(_dequant_route, "scale_columns_", fake_scale)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(96, 256, generator=g)

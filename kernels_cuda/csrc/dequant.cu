@@ -1,7 +1,7 @@
 // dequant.cu: W[N, K] e4m3 + scale -> bf16 / f16 [N, K] (the dequantize-then-cuBLAS route at large M).
 // w = code (exact f32) * scale in f32, then one rounding: bit-identical to dispatch.dequantize(qw).to(dtype).
 //
-// Geometry when K % 8 == 0 (kernels_cuda._launch.dequant_geometry): a 2-D grid, x along the 8-code chunks of a
+// Geometry when K % 8 == 0 (kernels_cuda._dequant.dequant_geometry): a 2-D grid, x along the 8-code chunks of a
 // row, y (and z past 65535 rows) over rows, so a thread knows its row without a division; each thread makes one
 // 8-byte load and one 16-byte streaming store. Why these (H200, session 17, tools/perf/probe_dequant.py, same-run
 // against the copy kernel): 8 codes a thread instead of 16 reached >= 85 % of the copy rate in 14 of 32 cells
