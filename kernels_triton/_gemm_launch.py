@@ -84,10 +84,11 @@ def mx_scale_rows(qw: QWeight) -> torch.Tensor:
 
 def mx_fold_ok(qw: QWeight) -> bool:
     """Whether every e8m0 code of the mxfp8 weight is <= MX_FOLD_MAX (scale <= 2^7, group amax <= 448 x 128: every
-    real checkpoint), so the W8A16 GEMM folds 2^e into its decode's one FMA (MX_FOLD). Read from the device once per
-    weight, at load time (`Candidate.prepare`, never inside CUDA-graph capture: dispatch.linear refuses that) and
-    cached on the weight. A launch that finds no cached answer while a graph is being captured takes the unfolded
-    decode (exact for every code) rather than synchronize."""
+    real checkpoint), so the W8A16 GEMM folds 2^e into its decode's one FMA (MX_FOLD; both decodes give the same
+    bits). Cached on the weight. On the dispatcher's path the cache is filled without a host sync
+    (`_gemm_candidates._start_mx_fold_read` at preparation: False until an asynchronous copy of the answer lands);
+    a direct call with nothing cached reads the answer from the device once, synchronously, except while a graph is
+    being captured, where it takes the unfolded decode (exact for every code)."""
     ok = qw._cache.get(_MX_FOLD_KEY)
     if ok is None:
         if qw.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
