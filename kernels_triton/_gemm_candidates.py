@@ -30,10 +30,11 @@ def _start_mx_fold_read(qw: QWeight) -> None:
     from ._gemm_launch import _MX_FOLD_KEY, MX_FOLD_MAX
     if qw._cache.get(_MX_FOLD_KEY) is not None or qw.device.type != "cuda":
         return  # known already, or a CPU weight (the launcher reads it directly: nothing to wait for)
-    flag = torch.empty(1, dtype=torch.uint8, pin_memory=True)
-    flag.copy_((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).to(torch.uint8).reshape(1), non_blocking=True)
-    done = torch.cuda.Event()
-    done.record()
+    with torch.cuda.device(qw.device):  # the event goes on the stream the copy runs on: the weight's device's
+        flag = torch.zeros(1, dtype=torch.uint8, pin_memory=True)  # 0 (unfolded) until the copy lands
+        flag.copy_((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).to(torch.uint8).reshape(1), non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
     qw._cache[_MX_FOLD_PENDING] = (flag, done)
     qw._cache[_MX_FOLD_KEY] = False
 
@@ -46,7 +47,7 @@ def _settle_mx_fold(qw: QWeight) -> None:
         return
     from ._gemm_launch import _MX_FOLD_KEY
     qw._cache[_MX_FOLD_KEY] = bool(pending[0][0])
-    del qw._cache[_MX_FOLD_PENDING]
+    qw._cache.pop(_MX_FOLD_PENDING, None)  # (two threads may settle it at once: same answer)
 
 
 class _GemmCandidate(TritonCandidate):
