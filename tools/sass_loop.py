@@ -7,7 +7,8 @@ session-14 notes quote (kernels_triton/README: layout conversions, spills, wgmma
         "num_stages": 4, "split_k": 0, "swap_ab": true, "tma": true}'     # W8A16 GEMM (bf16 x), GemmConfig JSON
     python -m tools.sass_loop gemm8 GROUP_BLOCK '{"block_m": 128, "block_n": 128, "block_k": 128, "num_warps": 8,
         "num_stages": 4, "tma": true}'                                      # W8A8 GEMM: A8Scales name, GemmConfig
-    [--arch sm_90] [--top 12] [--show]                                     # --show: print the loop's instructions
+    [--arch sm_90] [--top 12] [--show] [--no-mx-fold]                      # --show: print the loop's instructions;
+                                                                           # --no-mx-fold: MX32's unfolded decode
 
 Prints registers, spill bytes (ptxas -v), whether ptxas serialized the wgmmas, and for the largest loop body its
 instruction count, barriers and most frequent opcodes.
@@ -20,7 +21,7 @@ import collections
 import json
 
 
-def _compile(kind: str, layout: str, spec: list[str], arch: str):
+def _compile(kind: str, layout: str, spec: list[str], arch: str, mx_fold: bool = True):
     from dispatch.target import Target
     from kernels_triton import isa as I
     from kernels_triton._gemm_layouts import WScale
@@ -37,7 +38,8 @@ def _compile(kind: str, layout: str, spec: list[str], arch: str):
     else:
         from kernels_triton._gemm_config import GemmConfig
         from kernels_triton._gemm_isa import _w8a16_variant
-        v = _w8a16_variant(Target.simulated_for(arch), WScale[layout], "bf16", GemmConfig(**json.loads(spec[0])))
+        v = _w8a16_variant(Target.simulated_for(arch), WScale[layout], "bf16", GemmConfig(**json.loads(spec[0])),
+                           mx_fold=mx_fold)
     return I.compile_variant(v)
 
 
@@ -53,8 +55,10 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_90", help="sm_80, sm_89 or sm_90")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--show", action="store_true", help="also print the main loop's instructions")
+    ap.add_argument("--no-mx-fold", action="store_true",
+                    help="gemm MX32: the unfolded decode (scale codes > 134), not the folded one the launcher picks")
     a = ap.parse_args(argv)
-    ck = _compile(a.kind, a.layout, a.spec, a.arch)
+    ck = _compile(a.kind, a.layout, a.spec, a.arch, mx_fold=not a.no_mx_fold)
     sass = I.sass_of(ck.asm["cubin"])
     info = I.ptxas_verbose(ck.asm["ptx"], a.arch)
     loop = main_loop_instructions(sass)
