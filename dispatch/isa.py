@@ -99,11 +99,11 @@ def gcn_main_loop_barriers(asm: str) -> int:
 # --- wgmma register hazards in SASS -------------------------------------------------------------------
 # An HGMMA (sm_90 wgmma) reads its register operands asynchronously: the A fragment (4 registers per thread
 # when A comes from registers) and the accumulators, until a WARPGROUP.DEPBAR.LE gsb0, N leaves at most N
-# of the newer groups in flight. ptxas before CUDA 13.3 (Triton 3.6 bundles 12.8; CUDA 13.0's has it too)
-# can re-allocate those registers before the wait (triton-lang/triton PR 11781): the tensor core then reads
-# whatever the next instructions wrote, nondeterministically. Observed on the H200 (2026-11-29, session 8)
-# as non-finite outputs from the Triton W8A16 GEMM at 2 CTAs per SM. The check below finds every such
-# write in the disassembly, statically.
+# of the newer groups in flight. A write to those registers before the wait (in the PTX itself, see
+# ptx_wgmma_register_hazards, or by a ptxas that re-allocates them early: triton-lang/triton PR 11781) makes the
+# tensor core read whatever was written, nondeterministically. Observed on the H200 (2026-11-29, session 8) as
+# non-finite outputs from the Triton W8A16 GEMM at 2 CTAs per SM. The check below finds every such write in the
+# disassembly, statically.
 
 _SASS_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _SASS_REG = re.compile(r"^R(\d+)$")
@@ -227,3 +227,131 @@ def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
         out = step(i, state)
         work.extend((j, out) for j in successors(i))
     return sorted(found.values(), key=lambda h: (h.at, h.hgmma_at))
+
+
+# The same question one level up, in the PTX a compiler hands to ptxas: does the program itself write a register
+# that an issued wgmma.mma_async may still read? If it does, no assembler can keep the tensor core's operands
+# intact (PTX's wgmma contract: its register operands must not be modified before the wgmma.wait_group that
+# retires it), whatever ptxas version runs. Triton 3.6's W8A16 GEMM without WGMMA_DRAIN is such a program: it
+# decodes a whole K tile before the tile's k16 wgmmas and keeps three of the previous step's wgmmas in flight
+# across the loop's back edge (wait_group 3), so the next tile's decode rewrites their A fragments (PTX virtual
+# registers are the same each iteration).
+
+@dataclasses.dataclass(frozen=True)
+class PtxWgmmaHazard:
+    at: int  # index of the writing statement among the kernel's PTX statements
+    statement: str
+    registers: tuple[str, ...]  # PTX registers written while a wgmma.mma_async may still read them
+    wgmma_at: int  # index of that wgmma.mma_async
+
+    def __str__(self) -> str:
+        return (f"#{self.at} {self.statement}: writes {','.join(self.registers)}, read by the wgmma.mma_async "
+                f"#{self.wgmma_at} before its wait_group")
+
+
+_PTX_REG = re.compile(r"%[A-Za-z_$][\w$]*")
+_PTX_LABEL = re.compile(r"^([$\w]+):\s*(.*)$", re.S)
+# Statements whose first operand is read, not written (st/red/cp.async.bulk start with an address anyway).
+_PTX_NO_DEST = ("bra", "ret", "exit", "wgmma.", "bar.", "barrier.", "fence.", "membar.", "griddepcontrol.",
+                "setmaxnreg.", "prefetch", "trap", "call")
+
+
+def _ptx_operands(rest: str) -> list[str]:
+    """Top-level comma-separated operands (commas inside {...} and [...] belong to one operand)."""
+    out, depth, cur = [], 0, []
+    for ch in rest:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def _ptx_statements(ptx: str) -> list[tuple[str | None, str, str, list[str], bool]]:
+    """(label or None, opcode, text, operands, predicated) for each statement of the PTX text's function bodies;
+    a label is a statement of its own (opcode ""). Directives (.reg, .loc, ...) and inline-asm braces are dropped."""
+    # comments out; directive lines (.loc, .reg, .param, ...) out: .loc carries no ';' and would swallow the next
+    # statement
+    text = "\n".join(ln for ln in re.sub(r"//[^\n]*", "", ptx).splitlines() if not ln.lstrip().startswith("."))
+    out = []
+    for raw in text.split(";"):
+        st = raw.strip()
+        while True:  # labels and the braces of inline-asm scopes before the statement
+            st = st.lstrip("{}").strip()
+            m = _PTX_LABEL.match(st)
+            if not m or m.group(1).startswith("%"):
+                break
+            out.append((m.group(1), "", m.group(1) + ":", [], False))
+            st = m.group(2).strip()
+        st = st.rstrip("}").strip() if not st.endswith("}}") and st.count("{") < st.count("}") else st
+        if not st or st.startswith((".", "}", ")", "(")) or "{" == st:
+            continue
+        predicated = st.startswith("@")
+        body = st.split(None, 1)[1] if predicated and len(st.split(None, 1)) > 1 else st
+        op, _, rest = body.partition(" ")
+        out.append((None, op.strip(), st, _ptx_operands(rest.replace("\n", " ").replace("\t", " ")), predicated))
+    return out
+
+
+def ptx_wgmma_register_hazards(ptx: str) -> list[PtxWgmmaHazard]:
+    """Writes, in PTX text, to registers that an issued wgmma.mma_async may still read (its register A fragment
+    and its accumulators), before the wgmma.wait_group that retires its commit group: the dataflow of
+    `wgmma_register_hazards` over PTX statements and labels (a bra goes to its label; a predicated bra may go
+    either way). Chaining one wgmma's accumulators into the next is not a write."""
+    stmts = _ptx_statements(ptx)
+    labels = {lab: i for i, (lab, *_) in enumerate(stmts) if lab}
+    found: dict[tuple[int, int], PtxWgmmaHazard] = {}
+
+    def successors(i: int) -> list[int]:
+        _, op, _, operands, predicated = stmts[i]
+        nxt = [i + 1] if i + 1 < len(stmts) else []
+        if op.split(".")[0] == "bra" and operands:
+            target = labels.get(operands[-1].strip())
+            taken = [target] if target is not None else []
+            return taken + nxt if predicated else taken
+        if op.split(".")[0] in ("ret", "exit"):
+            return nxt if predicated else []
+        return nxt
+
+    def step(i: int, state: tuple) -> tuple:
+        groups, open_regs, open_at = state
+        _, op, text, operands, _ = stmts[i]
+        if op.startswith("wgmma.mma_async"):
+            regs = set(_PTX_REG.findall(operands[0])) if operands else set()
+            if len(operands) > 1 and operands[1].startswith("{"):
+                regs |= set(_PTX_REG.findall(operands[1]))  # A from registers
+            return groups, open_regs | regs, i if open_at is None else open_at
+        if op.startswith("wgmma.commit_group"):
+            if open_at is not None:
+                groups = (groups + ((open_regs, open_at),))[-_MAX_PENDING_GROUPS:]
+            return groups, frozenset(), None
+        if op.startswith("wgmma.wait_group"):
+            keep = int(operands[-1], 0)
+            return (groups[len(groups) - keep:] if len(groups) > keep else groups), open_regs, open_at
+        if not op or op.startswith(_PTX_NO_DEST) or not operands or not operands[0].startswith(("%", "{")):
+            return state
+        written = set(_PTX_REG.findall(operands[0]))
+        pending = list(groups) + ([(open_regs, open_at)] if open_at is not None else [])
+        for regs, at in pending:
+            hit = written & regs
+            if hit:
+                found.setdefault((i, at), PtxWgmmaHazard(i, " ".join(text.split()), tuple(sorted(hit)), at))
+        return state
+
+    seen: list[set] = [set() for _ in stmts]
+    work = [(0, ((), frozenset(), None))] if stmts else []
+    while work:
+        i, state = work.pop()
+        if state in seen[i]:
+            continue
+        seen[i].add(state)
+        out = step(i, state)
+        work.extend((j, out) for j in successors(i))
+    return sorted(found.values(), key=lambda h: (h.at, h.wgmma_at))

@@ -35,6 +35,8 @@ from .select import Decision, select
 from .tables import tables_for
 from .target import Target, detect
 
+_current_cuda_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else (lambda: -1)
+
 PLANS_KEY = "dispatch.plans"
 PREPARED_KEY = "dispatch.prepared"
 _MAX_BUCKET = M_BUCKETS[-1]
@@ -132,6 +134,12 @@ def _linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: 
     if shape[-1] != k or ((not x.is_cuda or x.get_device() != di) if di >= 0 else x.device != plans.device):
         _check(x, qw, bias, out_dtype)  # raises the precise error
         raise AssertionError("unreachable")
+    if di >= 0 and di != _current_cuda_device():
+        # Tensors on a GPU that is not the current one (a model spread over GPUs in one process): Triton and the
+        # CUDA backend launch on the current device and stream, so make x's current for this call (session 18:
+        # every route failed there before, on two H200s).
+        with torch.cuda.device(di):
+            return _linear(x, qw, bias, out_dtype, _policy)
     two_d = len(shape) == 2
     m = shape[0] if two_d else x.numel() // k
     x_dtype = x.dtype

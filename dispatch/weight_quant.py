@@ -99,7 +99,8 @@ def quantize(w: torch.Tensor, fmt: "Format | str", *, act: "str | None" = None,
     if w.device.type == "cuda" and os.environ.get("FP8DISPATCH_QUANTIZER", "kernel") != "torch":
         kernel = _gpu_quantizer()
         if kernel is not None:
-            qdata, scale, bad = kernel(w, fmt, mode, hw_fp8=detect(w.device).has_triton_fp8_dtype)
+            with torch.cuda.device(w.device):  # Triton launches on the current device: make it w's
+                qdata, scale, bad = kernel(w, fmt, mode, hw_fp8=detect(w.device).has_triton_fp8_dtype)
             if int(bad) == 0:  # load time: this one host sync is fine
                 return QWeight(fmt, act_, qdata, scale)
             del qdata, scale  # a NaN/Inf weight: the torch path below raises and says where

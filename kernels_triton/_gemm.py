@@ -30,9 +30,10 @@ Shared structure:
     is decoded with _fp8.e4m3_to_bf16_spread (prmt, shift, AND, one bf16x2 multiply per pair) instead of
     Triton's conversion (F2FP plus one F2F.BF16.F16 per element, as many cycles as the K step's wgmma);
     exact either way. FP8DISPATCH_TRITON_FAST_BF16=0 turns it off (session 8: 1.098x geomean on the H200).
-  - WGMMA_DRAIN (W8A16, a constexpr; wgmma targets): `_wgmma.wait_all` at the top of each K step. ptxas before
-    CUDA 13.3 re-uses the registers of wgmmas still in flight (triton-lang/triton PR 11781), which gave
-    non-finite outputs on the H200; dispatch.isa.wgmma_register_hazards finds such writes in the SASS.
+  - WGMMA_DRAIN (W8A16, a constexpr; wgmma targets): `_wgmma.wait_all` at the top of each K step. Without it the
+    next step's decode rewrites the registers of wgmmas still in flight, already in Triton 3.6's PTX (so with any
+    ptxas; module _wgmma), which gave non-finite outputs on the H200; dispatch.isa.ptx_wgmma_register_hazards and
+    wgmma_register_hazards find such writes in the PTX and the SASS.
   - PDL (a constexpr; CUDA sm_90+): programmatic dependent launch (kernels_triton._pdl): the kernel is scheduled
     while the previous one (its activation quantizer, the previous layer) finishes and waits for it before
     touching memory; the split-K reduction does the same.

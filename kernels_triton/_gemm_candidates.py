@@ -6,6 +6,7 @@ nor torch.cuda; the kernels load on the first `run`.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Sequence
 
 import torch
@@ -20,6 +21,21 @@ from .candidates import TritonCandidate, check_compiled
 
 
 _MX_FOLD_PENDING = "kernels_triton.gemm.mx_fold_pending"
+_FLAG_SLAB_BYTES = 4096
+_flag_slab: list = [None, _FLAG_SLAB_BYTES]  # [pinned uint8 slab, next free byte]
+_flag_lock = threading.Lock()
+
+
+def _pinned_flag() -> torch.Tensor:
+    """One byte of pinned host memory for a fold flag, set to 0 (unfolded). Carved from a 4 KB slab: allocating pinned
+    memory (cudaHostAlloc) can wait for the whole device, which the sync-debug mode does not report (session 18: the
+    fold test's busy stream drained at each first allocation), so one such allocation serves 4096 weights."""
+    with _flag_lock:
+        if _flag_slab[1] >= _FLAG_SLAB_BYTES:
+            _flag_slab[0], _flag_slab[1] = torch.zeros(_FLAG_SLAB_BYTES, dtype=torch.uint8, pin_memory=True), 0
+        i = _flag_slab[1]
+        _flag_slab[1] = i + 1
+        return _flag_slab[0][i:i + 1]
 
 
 def _start_mx_fold_read(qw: QWeight) -> None:
@@ -31,7 +47,7 @@ def _start_mx_fold_read(qw: QWeight) -> None:
     if qw._cache.get(_MX_FOLD_KEY) is not None or qw.device.type != "cuda":
         return  # known already, or a CPU weight (the launcher reads it directly: nothing to wait for)
     with torch.cuda.device(qw.device):  # the event goes on the stream the copy runs on: the weight's device's
-        flag = torch.zeros(1, dtype=torch.uint8, pin_memory=True)  # 0 (unfolded) until the copy lands
+        flag = _pinned_flag()  # 0 (unfolded) until the copy lands
         flag.copy_((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).to(torch.uint8).reshape(1), non_blocking=True)
         done = torch.cuda.Event()
         done.record()

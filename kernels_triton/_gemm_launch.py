@@ -38,9 +38,9 @@ def fast_bf16_decode(x_dtype: torch.dtype, dot_f32: bool) -> bool:
 def wgmma_drain(device: torch.device, dot_f32: bool) -> bool:
     """Whether the W8A16 GEMM waits for every wgmma at the top of each K step (WGMMA_DRAIN): on wgmma targets,
     where its decoded weight is the instruction's register operand. Not a tuning choice but a correctness
-    fix: ptxas (Triton 3.6's 12.8, and 13.0) re-uses those registers for the next step's codes while the
-    previous step's wgmmas still read them (dispatch.isa.wgmma_register_hazards; measured on the H200 as
-    non-finite outputs at 2 CTAs per SM)."""
+    fix: Triton 3.6's PTX rewrites those registers with the next step's codes while the previous step's wgmmas
+    still read them, whatever ptxas assembles it (kernels_triton._wgmma; dispatch.isa.ptx_wgmma_register_hazards;
+    measured on the H200 as non-finite outputs at 2 CTAs per SM)."""
     return not dot_f32 and detect(device).has_wgmma
 
 

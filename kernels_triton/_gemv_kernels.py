@@ -17,8 +17,8 @@ Two inner paths, chosen by the constexpr USE_DOT:
 Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_splitk_reduce.splitk_reduce` sums them
 in a fixed order (deterministic: no atomics on the output), adding the bias and casting.
 
-WGMMA_DRAIN (sm_90 tensor-core path): every wgmma retires at the top of each K tile (`_wgmma.wait_all`: ptxas
-re-uses the registers of in-flight wgmmas otherwise).
+WGMMA_DRAIN (sm_90 tensor-core path): every wgmma retires at the top of each K tile (`_wgmma.wait_all`: Triton's
+PTX rewrites the registers of in-flight wgmmas otherwise).
 
 PDL (CUDA sm_90+): launched as a programmatic dependent launch (kernels_triton._pdl), as the GEMMs are: the programs
 start while the previous kernel of the stream finishes, compute their indices, and wait (`griddepcontrol.wait`)

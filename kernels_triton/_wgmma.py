@@ -1,11 +1,13 @@
 """Guarding the register operands of sm_90 wgmma in Triton kernels.
 
 wgmma.mma_async reads its register A fragment (the decoded weight, in the W8A16 GEMM and the tensor-core GEMV)
-after it issues, until a wgmma.wait_group retires it. ptxas before CUDA 13.3 (Triton 3.6 bundles 12.8; CUDA
-13.0's has it too) can give those registers to the next K step's code loads first (triton-lang/triton PR
-11781), and the tensor core then multiplies whatever they hold: on the H200, non-finite outputs at 2 CTAs per
-SM, nondeterministically (session 8). `wait_all` at the top of a K step retires every wgmma before anything of
-the step is loaded. `dispatch.isa.wgmma_register_hazards` checks the result in the SASS of every config
+after it issues, until a wgmma.wait_group retires it. Triton 3.6 decodes a whole K tile before the tile's k16
+wgmmas and leaves the last three in flight across the loop's back edge (wait_group 3), so the next tile's decode
+rewrites their A fragments: the race is in the PTX (the same virtual registers every iteration), and ptxas 13.4,
+which has NVIDIA's fix for register re-use (triton-lang/triton PR 11781), keeps it (session 18). The tensor core
+then multiplies whatever the registers hold: on the H200, non-finite outputs at 2 CTAs per SM, nondeterministically
+(session 8). `wait_all` at the top of a K step retires every wgmma before anything of the step is loaded.
+`dispatch.isa.ptx_wgmma_register_hazards` and `wgmma_register_hazards` check the PTX and the SASS of every config
 (tests/test_wgmma_hazards.py; the ISA report's "wgmma hz" column).
 """
 

@@ -276,3 +276,26 @@ def test_fp8linear_on_gpu_and_host_overhead():
         print(f"host overhead {fa[0]}/{fa[1]}: {r}")
         assert math.isfinite(r["overhead_us"]), r  # reported, not asserted: timing belongs to tools/bench
     print(dispatch.explain(x, m.qweight))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("fa", PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
+def test_every_route_serves_a_gpu_other_than_the_current_one(fa):
+    """Tensor-parallel engines keep one process per GPU, but a process may hold tensors of another one: x and the
+    weight on cuda:1 while cuda:0 is current. Every route that claims support runs there and is right."""
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 1)
+    for n, k in ((4096, 4096), (384, 640)):
+        g = torch.Generator(device=dev).manual_seed(n + k)
+        qw = dispatch.quantize(torch.randn(n, k, device=dev, generator=g), fa[0], act=fa[1])
+        for m in (1, 64, 257):
+            x = torch.randn(m, k, device=dev, generator=g).to(torch.bfloat16)
+            ref = dispatch.reference.linear(x, qw)
+            y = dispatch.linear(x, qw)
+            assert y.device == dev and _rel(y, ref) < 1.5e-2, (fa, n, k, m, dispatch.explain(x, qw).candidate_id)
+            for c in _routes(qw, m, torch.bfloat16):
+                with dispatch.force(c.id):
+                    y = dispatch.linear(x, qw)
+                torch.cuda.synchronize(dev)
+                assert y.device == dev and _rel(y, ref) < 1.5e-2, (c.id, fa, n, k, m)
+    assert torch.cuda.current_device() == 0

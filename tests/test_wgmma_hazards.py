@@ -1,10 +1,13 @@
-"""The wgmma register-hazard check (dispatch.isa.wgmma_register_hazards) and the Triton W8A16 GEMM under it.
+"""The wgmma register-hazard checks (dispatch.isa.wgmma_register_hazards on the SASS, ptx_wgmma_register_hazards on
+the PTX) and the Triton W8A16 GEMM under them.
 
 An sm_90 HGMMA reads its register A fragment and accumulators asynchronously, until a WARPGROUP.DEPBAR
-retires it. ptxas before CUDA 13.3 may re-allocate those registers earlier (triton-lang/triton PR 11781).
-On the H200 (session 8) that gave non-finite outputs, nondeterministically, from the W8A16 GEMM at 2 CTAs per
-SM. The kernel's fix is WGMMA_DRAIN. These tests pin both the checker and the fix for every config the
-autotuner may choose, on the CPU: AOT compile for sm_90, disassemble, check.
+retires it. On the H200 (session 8) the W8A16 GEMM gave non-finite outputs, nondeterministically, at 2 CTAs per
+SM: the next K step's decode wrote the A fragments of wgmmas still in flight. The race is already in the PTX
+Triton 3.6 emits (it decodes a whole K tile before the tile's k16 wgmmas and leaves three of them in flight across
+the back edge), so no ptxas can remove it (ptxas 13.4, which has the fix of triton-lang/triton PR 11781, keeps
+it: session 18). The kernel's fix is WGMMA_DRAIN. These tests pin both checkers and the fix for every config the
+autotuner may choose, on the CPU: AOT compile for sm_90, check the PTX, disassemble, check the SASS.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import subprocess
 
 import pytest
 
-from dispatch.isa import wgmma_register_hazards
+from dispatch.isa import ptx_wgmma_register_hazards, wgmma_register_hazards
 
 triton = pytest.importorskip("triton")
 
@@ -89,6 +92,43 @@ def test_shared_memory_operands_and_stores_are_not_register_writes():
     assert wgmma_register_hazards(sass) == []
 
 
+def _ptx(lines: list[str]) -> str:
+    """A PTX function body around `lines` (each a statement without its ';', a label, or a directive)."""
+    body = "\n".join(ln if ln.endswith(":") or ln.lstrip().startswith(".loc") else f"\t{ln};" for ln in lines)
+    return f".visible .entry k(\n\t.param .u64 p\n)\n{{\n\t.reg .b32 %r<600>;\n{body}\n}}\n"
+
+
+_WGMMA = ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%r100,%r101,%r102,%r103}, {%r%A,%r%B,%r%C,%r%D}, "
+          "%rd1, p, 1, 1, 0")
+
+
+def _wgmma(a: int) -> str:
+    return _WGMMA.replace("%A", str(a)).replace("%B", str(a + 1)).replace("%C", str(a + 2)).replace("%D", str(a + 3))
+
+
+def test_ptx_the_next_iteration_rewrites_the_a_fragment_of_a_wgmma_left_in_flight():
+    # Triton 3.6's W8A16 shape: the whole tile decoded at the loop top, then its wgmmas, wait_group 1 after each.
+    body = ["fma.rn.bf16x2 %r10, %r1, %r2, %r3", "fma.rn.bf16x2 %r14, %r1, %r2, %r3",
+            "wgmma.fence.sync.aligned", _wgmma(10), "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
+            _wgmma(14), "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1"]
+    racy = _ptx(["mov.b32 %r1, 0", "$L__BB0_1:"] + body + ["@%p1 bra $L__BB0_1", "ret"])
+    got = [(h.statement.split()[1], h.registers) for h in ptx_wgmma_register_hazards(racy)]
+    assert got == [("%r14,", ("%r14",))]  # the second wgmma of the last iteration is still in flight at the top
+    # The drain as the kernel emits it: inline asm after a .loc line that has no ';' (it must not hide the wait).
+    drained = _ptx(["mov.b32 %r1, 0", "$L__BB0_1:", ".loc 4 22 92", "{", "wgmma.wait_group.sync.aligned 0",
+                    "mov.b32 %r5, %r6", "}"] + body + ["@%p1 bra $L__BB0_1", "ret"])
+    assert ptx_wgmma_register_hazards(drained) == []
+
+
+def test_ptx_accumulator_chaining_and_shared_operands_are_not_writes():
+    ptx = _ptx(["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%r100,%r101,%r102,%r103}, %rd1, %rd2, p, 1, 1",
+                _wgmma(10), "wgmma.commit_group.sync.aligned", "st.shared.b32 [%r10], %r11",
+                "setp.lt.s32 %p2, %r10, 4", "add.f32 %r101, %r101, 1.0", "wgmma.wait_group.sync.aligned 0",
+                "mov.b32 %r10, 0", "ret"])
+    got = [(h.registers, h.wgmma_at) for h in ptx_wgmma_register_hazards(ptx)]
+    assert got == [(("%r101",), 0)]  # only the add to an accumulator before the wait
+
+
 # --- the Triton W8A16 GEMM on sm_90 -------------------------------------------------------------------
 
 def _tool(name: str) -> str:
@@ -96,8 +136,8 @@ def _tool(name: str) -> str:
     return tool(name)
 
 
-def _hazards_of(job) -> tuple[str, int]:
-    """(variant name, hazard count) of one kernel config compiled for sm_90 (a worker process). job: ("w8a16",
+def _hazards_of(job) -> tuple[str, int, int]:
+    """(variant name, SASS hazards, PTX hazards) of one kernel config compiled for sm_90 (a worker process). job: ("w8a16",
     wscale, x, GemmConfig fields, WGMMA_DRAIN override or None[, MX_FOLD]) | ("w8a8", scales, GemmConfig fields) |
     ("gemv", wscale, a_mode, GemvConfig fields[, WGMMA_DRAIN override])."""
     from dispatch.target import Target
@@ -122,8 +162,10 @@ def _hazards_of(job) -> tuple[str, int]:
         if drain:
             v = dataclasses.replace(v, constexprs=dict(v.constexprs, WGMMA_DRAIN=drain[0]))
     from kernels_triton.isa import sass_of
-    sass = sass_of(compile_variant(v).asm["cubin"])
-    return f"{job[:3]} {job[3:][1:]} {v.num_warps}w", len(wgmma_register_hazards(sass)) if "HGMMA" in sass else 0
+    ck = compile_variant(v)
+    sass = sass_of(ck.asm["cubin"])
+    return (f"{job[:3]} {job[3:][1:]} {v.num_warps}w", len(wgmma_register_hazards(sass)) if "HGMMA" in sass else 0,
+            len(ptx_wgmma_register_hazards(ck.asm["ptx"])))
 
 
 # The config that gave non-finite outputs on the H200 (fp8_row at N = 28672 and 128256, 2 CTAs per SM).
@@ -143,15 +185,15 @@ _RACY_GEMV = dict(block_m=64, block_n=64, block_k=128, split_k=0, num_warps=4, n
 
 @pytest.mark.parametrize("kind", ["gemm", "gemv"])
 def test_the_racy_configs_have_hazards_without_the_drain_and_none_with_it(kind):
-    """The checker finds what ptxas did (while Triton bundles an affected ptxas), and WGMMA_DRAIN removes it."""
+    """Without WGMMA_DRAIN the PTX itself writes the A fragments of wgmmas in flight (whatever assembles it) and the
+    SASS checker finds the same in what ptxas made of it; with the drain both are clean."""
     job = (lambda d: ("w8a16", "ROW", "bf16", _RACY, d)) if kind == "gemm" else \
         (lambda d: ("gemv", "ROW", 0, _RACY_GEMV, d))
-    _, fixed = _hazards_of(job(True))
-    assert fixed == 0
-    if _ptxas_version() >= (13, 3):
-        pytest.skip("this ptxas has NVIDIA's fix: the undrained kernel may be clean")
-    _, racy = _hazards_of(job(False))
-    assert racy > 0
+    assert _hazards_of(job(True))[1:] == (0, 0)
+    _, racy_sass, racy_ptx = _hazards_of(job(False))
+    assert racy_ptx > 0
+    if _ptxas_version() < (13, 3):  # Triton's bundled 12.8; 13.4 gave the same (session 18), newer ones unchecked
+        assert racy_sass > 0
 
 
 def _gemv_jobs() -> list[tuple]:
@@ -197,7 +239,7 @@ def test_every_sm90_wgmma_config_is_free_of_wgmma_register_hazards():
     jobs += _gemv_jobs()
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(_hazards_of, jobs))
-    bad = [f"{name}: {n} hazards" for name, n in results if n]
+    bad = [f"{name}: {n} SASS / {p} PTX hazards" for name, n, p in results if n or p]
     assert not bad, "\n".join(bad)
     assert len(results) == len(jobs) > 100
 

@@ -7,11 +7,14 @@ session-14 notes quote (kernels_triton/README: layout conversions, spills, wgmma
         "num_stages": 4, "split_k": 0, "swap_ab": true, "tma": true}'     # W8A16 GEMM (bf16 x), GemmConfig JSON
     python -m tools.sass_loop gemm8 GROUP_BLOCK '{"block_m": 128, "block_n": 128, "block_k": 128, "num_warps": 8,
         "num_stages": 4, "tma": true}'                                      # W8A8 GEMM: A8Scales name, GemmConfig
-    [--arch sm_90] [--top 12] [--show] [--no-mx-fold]                      # --show: print the loop's instructions;
-                                                                           # --no-mx-fold: MX32's unfolded decode
+    [--arch sm_90] [--top 12] [--show] [--no-mx-fold] [--no-drain]         # --show: print the loop's instructions;
+                                                                           # --no-mx-fold: MX32's unfolded decode;
+                                                                           # --no-drain: WGMMA_DRAIN off (racy)
+    TRITON_PTXAS_PATH=/path/to/ptxas python -m tools.sass_loop ...         # another ptxas (session 18: 13.4)
 
-Prints registers, spill bytes (ptxas -v), whether ptxas serialized the wgmmas, and for the largest loop body its
-instruction count, barriers and most frequent opcodes.
+Prints registers, spill bytes (ptxas -v), whether ptxas serialized the wgmmas, the wgmma register hazards in the PTX
+and in the SASS (dispatch.isa), and for the largest loop body its instruction count, barriers and most frequent
+opcodes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import collections
 import json
 
 
-def _compile(kind: str, layout: str, spec: list[str], arch: str, mx_fold: bool = True):
+def _compile(kind: str, layout: str, spec: list[str], arch: str, mx_fold: bool = True, drain: bool = True):
     from dispatch.target import Target
     from kernels_triton import isa as I
     from kernels_triton._gemm_layouts import WScale
@@ -40,11 +43,14 @@ def _compile(kind: str, layout: str, spec: list[str], arch: str, mx_fold: bool =
         from kernels_triton._gemm_isa import _w8a16_variant
         v = _w8a16_variant(Target.simulated_for(arch), WScale[layout], "bf16", GemmConfig(**json.loads(spec[0])),
                            mx_fold=mx_fold)
+    if not drain and "WGMMA_DRAIN" in v.constexprs:
+        import dataclasses
+        v = dataclasses.replace(v, constexprs={**v.constexprs, "WGMMA_DRAIN": False})
     return I.compile_variant(v)
 
 
 def main(argv=None) -> int:
-    from dispatch.isa import main_loop_barriers, main_loop_instructions
+    from dispatch.isa import main_loop_barriers, main_loop_instructions, ptx_wgmma_register_hazards, wgmma_register_hazards
     from kernels_triton import isa as I
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,14 +63,18 @@ def main(argv=None) -> int:
     ap.add_argument("--show", action="store_true", help="also print the main loop's instructions")
     ap.add_argument("--no-mx-fold", action="store_true",
                     help="gemm MX32: the unfolded decode (scale codes > 134), not the folded one the launcher picks")
+    ap.add_argument("--no-drain", action="store_true",
+                    help="WGMMA_DRAIN off (gemm, gemv on sm_90): the register race the drain prevents, for the record")
     a = ap.parse_args(argv)
-    ck = _compile(a.kind, a.layout, a.spec, a.arch, mx_fold=not a.no_mx_fold)
+    ck = _compile(a.kind, a.layout, a.spec, a.arch, mx_fold=not a.no_mx_fold, drain=not a.no_drain)
     sass = I.sass_of(ck.asm["cubin"])
     info = I.ptxas_verbose(ck.asm["ptx"], a.arch)
     loop = main_loop_instructions(sass)
     ops = collections.Counter(t.split()[0] for t in loop)
     print(f"registers {info.registers or '?'}, spills {info.spill_bytes} bytes, wgmma serialized: "
           f"{info.serialized or 'no'}")
+    print(f"wgmma register hazards: {len(ptx_wgmma_register_hazards(ck.asm['ptx']))} in the PTX, "
+          f"{len(wgmma_register_hazards(sass))} in the SASS")
     print(f"main loop: {len(loop)} instructions, {main_loop_barriers(sass)} barriers")
     print("  " + " ".join(f"{k}={v}" for k, v in ops.most_common(a.top)))
     if a.show:
