@@ -157,6 +157,25 @@ def _hgmma_operands(op: str, operands: list[str]) -> tuple[set[int], bool]:
 _MAX_PENDING_GROUPS = 32  # more committed groups than any wait keeps; only a loop with no wait at all reaches it
 
 
+def _retire(groups: tuple, keep: int) -> tuple:
+    """The committed groups still in flight after a wait that leaves at most `keep` of the newest."""
+    return groups[len(groups) - keep:] if len(groups) > keep else groups
+
+
+def _walk(count: int, successors, step) -> None:
+    """Visit instruction 0.. with every in-flight state that can reach it (state: (committed groups oldest first,
+    the open group's registers, its first instruction)), until nothing new arrives; `step` records hazards."""
+    seen: list[set] = [set() for _ in range(count)]
+    work = [(0, ((), frozenset(), None))] if count else []
+    while work:
+        i, state = work.pop()
+        if state in seen[i]:
+            continue
+        seen[i].add(state)
+        out = step(i, state)
+        work.extend((j, out) for j in successors(i))
+
+
 def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
     """Writes to registers that an issued HGMMA may still read, in `cuobjdump -sass` text.
 
@@ -203,8 +222,7 @@ def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
                 open_regs, open_at = frozenset(), None
             return groups, open_regs, open_at
         if op.startswith("WARPGROUP.DEPBAR"):
-            keep = int(operands[-1], 0)
-            return (groups[len(groups) - keep:] if len(groups) > keep else groups), open_regs, open_at
+            return _retire(groups, int(operands[-1], 0)), open_regs, open_at
         base = op.split(".")[0]
         dest = _SASS_REG.match(operands[0]) if operands else None
         if base in _NO_REG_DEST or base.startswith("U") or not dest:
@@ -217,15 +235,7 @@ def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
                 found.setdefault((addr, hgmma_at), WgmmaHazard(addr, text, tuple(sorted(hit)), hgmma_at))
         return state
 
-    seen: list[set] = [set() for _ in instrs]
-    work = [(0, ((), frozenset(), None))] if instrs else []
-    while work:
-        i, state = work.pop()
-        if state in seen[i]:
-            continue
-        seen[i].add(state)
-        out = step(i, state)
-        work.extend((j, out) for j in successors(i))
+    _walk(len(instrs), successors, step)
     return sorted(found.values(), key=lambda h: (h.at, h.hgmma_at))
 
 
@@ -333,8 +343,7 @@ def ptx_wgmma_register_hazards(ptx: str) -> list[PtxWgmmaHazard]:
                 groups = (groups + ((open_regs, open_at),))[-_MAX_PENDING_GROUPS:]
             return groups, frozenset(), None
         if op.startswith("wgmma.wait_group"):
-            keep = int(operands[-1], 0)
-            return (groups[len(groups) - keep:] if len(groups) > keep else groups), open_regs, open_at
+            return _retire(groups, int(operands[-1], 0)), open_regs, open_at
         if not op or op.startswith(_PTX_NO_DEST) or not operands or not operands[0].startswith(("%", "{")):
             return state
         written = set(_PTX_REG.findall(operands[0]))
@@ -345,13 +354,5 @@ def ptx_wgmma_register_hazards(ptx: str) -> list[PtxWgmmaHazard]:
                 found.setdefault((i, at), PtxWgmmaHazard(i, " ".join(text.split()), tuple(sorted(hit)), at))
         return state
 
-    seen: list[set] = [set() for _ in stmts]
-    work = [(0, ((), frozenset(), None))] if stmts else []
-    while work:
-        i, state = work.pop()
-        if state in seen[i]:
-            continue
-        seen[i].add(state)
-        out = step(i, state)
-        work.extend((j, out) for j in successors(i))
+    _walk(len(stmts), successors, step)
     return sorted(found.values(), key=lambda h: (h.at, h.wgmma_at))
