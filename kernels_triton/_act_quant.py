@@ -24,6 +24,11 @@ program) reduces the partials itself, so there is no zero-filled accumulator, no
 Pass 2 walks the tiles in reverse with evict-first loads and stores, so what pass 1 read last is still in L2.
 Tensors up to `ActQuantConfig.single_program_max` elements use one program (one launch, the decode case).
 
+On CUDA sm_90+ every kernel here is a programmatic dependent launch (kernels_triton._pdl, as the Triton GEMMs and
+GEMVs): its programs may be placed while the kernel before it is finishing and block in `enter` before they touch
+memory, so the launch gap before the quantizer (and, per-tensor, between its two passes) shrinks to the wait.
+`PDL = False` turns that off for this module alone (tools.perf.ab_pdl --family act_quant flips it).
+
 `hw_fp8=False` writes uint8 codes with the software encoder (sm_80, and the interpreter-safe path the CPU
 tests run: the interpreter's fp32 -> fp8 cast is wrong).
 """
@@ -44,8 +49,13 @@ from dispatch.formats import ACT_GROUP, ActGranularity
 from dispatch.target import Target, detect
 
 from ._fp8 import amax_to_scale
+from ._pdl import enter, launch_options, pdl_launch
 from .configs import ActQuantConfig, default_act_quant_config, exact_hw_e4m3_cast
 from .weight_quant import FLT_MAX, _div_by_scale, _encode, _max_nan, _recip, _to_f32
+
+# Programmatic launches of the quantizer where kernels_triton._pdl allows them (see the module docstring). Measured
+# on the H200 against plain launches: docs/perf/h200.md, session 19.
+PDL = True
 
 
 @triton.jit
@@ -66,10 +76,11 @@ def _quotient(v, s, y, RECIP: tl.constexpr):
 @triton.jit
 def _per_token_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
                       HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, LOOP: tl.constexpr):
+                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, LOOP: tl.constexpr, PDL: tl.constexpr):
     """BLOCK_R whole rows per program. LOOP=False: BLOCK_K >= K, the rows stay in registers (one read).
     LOOP=True (rows longer than ActQuantConfig.row_max): an amax loop, then a cast loop that re-reads the row
     (from L1/L2: one row per program)."""
+    enter(PDL)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows[:, None] < M
     r64 = rows[:, None].to(tl.int64)
@@ -102,11 +113,12 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
 @triton.jit
 def _per_group_kernel(x_ptr, q_ptr, s_ptr, M, K, NG, stride_xm, stride_qm, stride_sm, GRID_G,
                       HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                      BLOCK_R: tl.constexpr, GROUPS: tl.constexpr):
+                      BLOCK_R: tl.constexpr, GROUPS: tl.constexpr, PDL: tl.constexpr):
     """[BLOCK_R, GROUPS * 128] tiles (loaded 2-D: a warp reads a contiguous row segment), viewed as
     [BLOCK_R, GROUPS, 128] for the group amax; each group's amax, scale and codes stay in registers (one read).
     1-D grid, the column tile fastest (GRID_G column tiles); NG = ceil(K / 128). The last group may be partial:
     masked lanes load 0, which never raises a max of absolute values."""
+    enter(PDL)
     pid = tl.program_id(0)
     pid_g = pid % GRID_G
     pid_r = pid // GRID_G
@@ -127,8 +139,9 @@ def _per_group_kernel(x_ptr, q_ptr, s_ptr, M, K, NG, stride_xm, stride_qm, strid
 
 @triton.jit
 def _per_tensor_single_kernel(x_ptr, q_ptr, s_ptr, NUMEL, HW_FP8: tl.constexpr, HW_CVT: tl.constexpr,
-                              RECIP: tl.constexpr, BLOCK: tl.constexpr):
+                              RECIP: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Small tensors: one program, amax loop then cast loop (one launch; x stays in L1/L2)."""
+    enter(PDL)
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i0 in range(0, NUMEL, BLOCK):
@@ -150,13 +163,15 @@ def _tile_mask(offs, NUMEL, base, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _tensor_amax_kernel(x_ptr, part_ptr, NUMEL, NTILES, BLOCK: tl.constexpr, WIDTH: tl.constexpr):
+def _tensor_amax_kernel(x_ptr, part_ptr, NUMEL, NTILES, BLOCK: tl.constexpr, WIDTH: tl.constexpr,
+                        PDL: tl.constexpr):
     """Pass 1 of per-tensor scaling: program p reduces tiles p, p + P, ... (P = the grid, a few programs per SM, all
     resident) and writes its NaN-propagating max to part_ptr[p]. No atomics, so nothing needs zero-filling.
     A tile is loaded as [BLOCK // WIDTH, WIDTH] (WIDTH = 8 values x the program's threads) and folded along its
     first axis, in each thread's registers, into a WIDTH-wide accumulator: 8 registers per thread instead of 32, so
     ptxas keeps all of a tile's 128-bit loads in flight (with a 32-register accumulator it interleaved each load
     with the previous one's use: one load in flight per thread)."""
+    enter(PDL)
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK // WIDTH)[:, None] * WIDTH + tl.arange(0, WIDTH)[None, :]
     acc = tl.zeros([WIDTH], dtype=tl.float32)
@@ -170,12 +185,13 @@ def _tensor_amax_kernel(x_ptr, part_ptr, NUMEL, NTILES, BLOCK: tl.constexpr, WID
 @triton.jit
 def _tensor_cast_kernel(x_ptr, q_ptr, s_ptr, part_ptr, NUMEL, NPART,
                         HW_FP8: tl.constexpr, HW_CVT: tl.constexpr, RECIP: tl.constexpr,
-                        BLOCK: tl.constexpr, PART_BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, PART_BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Pass 2: every program reduces the NPART partial maxima (a few KB, from L2) to the scale, then quantizes one
     tile. Tiles in reverse order, so the first programs read what pass 1 read last (still in L2). x is loaded and
     the codes stored evict-first: a consumed x line and a code line are then L2's first victims, so the x tiles
     not yet read stay (under plain LRU a hit would make the consumed line the newest and the codes would push out
     unread x). The GEMM that follows is compute bound: codes served from DRAM cost it little."""
+    enter(PDL)  # the amax pass (its predecessor) has completed and its partial maxima are visible
     p = tl.arange(0, PART_BLOCK)
     amax = tl.reduce(tl.load(part_ptr + p, mask=p < NPART, other=0.0), 0, _max_nan)
     s = amax_to_scale(amax)
@@ -286,7 +302,9 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
     dev = x.device
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn if hw else torch.uint8, device=dev)
     p = plan(g, m, k, cfg, tgt.sm_count)
-    flags = dict(HW_FP8=hw, HW_CVT=cvt, RECIP=recip, num_warps=p.num_warps)
+    pdl = PDL and pdl_launch(dev)  # CUDA sm_90+ only (never ROCm, sm_80/89, the interpreter); FP8DISPATCH_PDL=0
+    launch = dict(PDL=pdl, **launch_options(pdl))
+    flags = dict(HW_FP8=hw, HW_CVT=cvt, RECIP=recip, num_warps=p.num_warps, **launch)
     if g is ActGranularity.PER_TOKEN:
         s = torch.empty((m, 1), dtype=torch.float32, device=dev)
         if m:
@@ -309,7 +327,8 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
         else:
             part = torch.empty((p.amax_programs,), dtype=torch.float32, device=dev)
             _tensor_amax_kernel[(p.amax_programs,)](x2, part, numel, p.grid, BLOCK=p.block_k,
-                                                    WIDTH=min(p.block_k, 256 * p.num_warps), num_warps=p.num_warps)
+                                                    WIDTH=min(p.block_k, 256 * p.num_warps), num_warps=p.num_warps,
+                                                    **launch)
             _tensor_cast_kernel[(p.grid,)](x2, q, s, part, numel, p.amax_programs, BLOCK=p.block_k,
                                            PART_BLOCK=max(32, _pow2_at_least(p.amax_programs)), **flags)
     codes = q if hw else q.view(torch.float8_e4m3fn)
@@ -317,15 +336,16 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
 
 
 def isa_kernel_specs(hw_fp8: bool, hw_cvt: bool, x_dtype: str = "bf16", m: int = 4096, k: int = 4096,
-                     cfg: ActQuantConfig | None = None, sm_count: int = 132) -> list[tuple]:
+                     cfg: ActQuantConfig | None = None, sm_count: int = 132, pdl: bool = False) -> list[tuple]:
     """What the launcher compiles for an [m, k] input, for ahead-of-time inspection (kernels_triton.isa, the SASS
     instruction-count test): (name, kernel, signature, constexprs, num_warps, ints with 16-divisibility hints).
-    Includes the long-row loop of per-token (k > row_max) and the single-program per-tensor kernel."""
+    Includes the long-row loop of per-token (k > row_max) and the single-program per-tensor kernel. `pdl`: compiled
+    as the programmatic launches of CUDA sm_90+ (the launcher's `PDL and pdl_launch(device)`)."""
     cfg = cfg or ActQuantConfig()
     q = "*fp8e4nv" if hw_fp8 else "*u8"
     xp = f"*{x_dtype}"
     recip = cfg.recip_div and x_dtype in ("bf16", "fp16")
-    base = {"HW_FP8": hw_fp8, "HW_CVT": hw_cvt, "RECIP": recip}
+    base = {"HW_FP8": hw_fp8, "HW_CVT": hw_cvt, "RECIP": recip, "PDL": pdl}
     out = []
     tok_sig = {"x_ptr": xp, "q_ptr": q, "s_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32"}
     for name, kk in (("act_quant_per_token", k), ("act_quant_per_token_loop", 2 * cfg.row_max)):
@@ -346,7 +366,7 @@ def isa_kernel_specs(hw_fp8: bool, hw_cvt: bool, x_dtype: str = "bf16", m: int =
     p = plan(ActGranularity.PER_TENSOR, m, k, cfg, sm_count)
     out.append(("act_quant_tensor_amax", _tensor_amax_kernel,
                 {"x_ptr": xp, "part_ptr": "*fp32", "NUMEL": "i32", "NTILES": "i32"},
-                {"BLOCK": p.block_k, "WIDTH": min(p.block_k, 256 * p.num_warps)},
+                {"BLOCK": p.block_k, "WIDTH": min(p.block_k, 256 * p.num_warps), "PDL": pdl},
                 p.num_warps, ("NUMEL",)))
     out.append(("act_quant_tensor_cast", _tensor_cast_kernel,
                 {"x_ptr": xp, "q_ptr": q, "s_ptr": "*fp32", "part_ptr": "*fp32", "NUMEL": "i32", "NPART": "i32"},

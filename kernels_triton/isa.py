@@ -126,11 +126,12 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
 
 def _act_quant_variants(arch: str) -> list[IsaVariant]:
     from . import _act_quant as A
+    from ._pdl import pdl_target
 
     t, hw, cvt = _fp8_path(arch)
     # the launcher's own plans for a bf16 [4096, 4096] input (plus the long-row loop and the one-program kernel)
     return [variant(name, t, fn, sig, cx, warps, 1, ints)
-            for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(hw, cvt)]
+            for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(hw, cvt, pdl=A.PDL and pdl_target(t))]
 
 
 def _gemm_variants(targets: tuple[str, ...]) -> list[IsaVariant]:

@@ -325,6 +325,18 @@ def test_interpreter_suite():
 # ---------------------------------------------------------------------------------------------------------
 # CPU: the launch rule, and the sm_90 code (ahead of time, no GPU).
 
+def test_programmatic_launch_only_where_pdl_allows():
+    """The ISA report compiles the quantizer as each target launches it: programmatic on CUDA sm_90 (unless
+    FP8DISPATCH_PDL=0), plain on sm_80 / sm_89 (no griddepcontrol) and ROCm; the CPU interpreter never asks."""
+    from kernels_triton import _act_quant as A, _pdl
+    from kernels_triton.isa import _act_quant_variants
+
+    assert A.PDL and not _pdl.pdl_launch(torch.device("cpu"))
+    for arch, want in (("sm_80", False), ("sm_89", False), ("gfx1201", False), ("sm_90", _pdl.ENABLED)):
+        variants = _act_quant_variants(arch)
+        assert len(variants) == 6 and all(v.constexprs["PDL"] is want for v in variants), arch
+
+
 def test_launch_plan_rule():
     from kernels_triton._act_quant import plan
     from kernels_triton.configs import ActQuantConfig, default_act_quant_config
@@ -407,19 +419,24 @@ def test_sm90_sass_instructions_per_element():
     """Every kernel the launcher uses for bf16 [4096, 4096] (plus the long-row loop and the single-program kernel),
     compiled for sm_90 without a GPU: the common path's instructions per element stay within SASS_BUDGET, the
     division is not per element (div.rn's FCHK appears once per scale, not per value), the e4m3 cast is the
-    hardware F2FP.SATFINITE (no clamp: it saturates and keeps NaN), loads are 128-bit, and nothing spills."""
+    hardware F2FP.SATFINITE (no clamp: it saturates and keeps NaN), loads are 128-bit, and nothing spills.
+    Compiled as launched there, programmatically (kernels_triton._pdl): one wait for the previous grid before any
+    global access (PTX and SASS), no early trigger of the next launch, no load through the non-coherent constant
+    path (the previous kernel's writes must not come from it)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from kernels_triton import _act_quant as A
+    from kernels_triton._pdl import pdl_target
     from kernels_triton.isa import divisibility_attrs
 
     nvdisasm, cuobjdump = _sass_tools()
     if not nvdisasm.exists():
         pytest.skip(f"no nvdisasm at {nvdisasm}")
+    pdl = A.PDL and pdl_target(Target.simulated_for("sm_90"))  # False with FP8DISPATCH_PDL=0
     report = []
-    for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(True, True, "bf16"):
+    for name, fn, sig, cx, warps, ints in A.isa_kernel_specs(True, True, "bf16", pdl=pdl):
         full_sig = dict(sig, **{k: "constexpr" for k in cx})
         ck = triton.compile(ASTSource(fn, full_sig, cx, divisibility_attrs(fn, full_sig, ints)),
                             target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": 1})
@@ -431,6 +448,16 @@ def test_sm90_sass_instructions_per_element():
                                  text=True).stdout
         finally:
             cubin.unlink()
+        ptx = ck.asm["ptx"]
+        assert ptx.count("griddepcontrol.wait") == int(pdl) and "launch_dependents" not in ptx, name
+        if pdl:
+            first_access = min(i for i in (ptx.find("ld.global"), ptx.find("st.global")) if i >= 0)
+            assert ptx.index("griddepcontrol.wait") < first_access, name
+            lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+            wait = [i for i, ln in enumerate(lines) if "ACQBULK" in ln]
+            mem = [i for i, ln in enumerate(lines) if re.search(r"\b(LDG|STG|RED|ATOMG)\b", ln)]
+            assert len(wait) == 1 and mem and wait[0] < mem[0], name
+            assert not any("CONSTANT" in ln for ln in lines), name
         path, loops = _fast_path(sass)
         values = cx.get("BLOCK", cx.get("BLOCK_R", 1) * cx.get("BLOCK_K", cx.get("GROUPS", 0) * 128)) // (32 * warps)
         per_elem = sum(map(len, loops)) / values if loops else len(path) / values
@@ -590,3 +617,44 @@ def test_gpu_ties_exact():
     x[:, 1] = 448.0
     for g in ("per_token", "per_token_group_128"):
         _gpu_check(x.cuda(), g, g)
+
+
+@pytest.mark.gpu
+@not_interp
+def test_gpu_programmatic_chain_reads_what_the_previous_kernel_wrote():
+    """As launched on sm_90 (programmatic, kernels_triton._pdl): each quantizer reads an x that the kernel right
+    before it wrote (a multiply, another quantizer's pass), eagerly and over graph replays with new values, and its
+    codes and scales are bit-identical to the reference and to plain launches."""
+    from kernels_triton import _act_quant as A
+    from kernels_triton._pdl import pdl_launch
+
+    if not (A.PDL and pdl_launch(torch.device("cuda"))):
+        pytest.skip("no programmatic launches on this GPU (sm_90+ and FP8DISPATCH_PDL != 0)")
+
+    def chain(src):
+        outs = []
+        for gran in GRANS:  # per-tensor two-pass at 4096 rows, one program at 1 row
+            x = src * 2.0  # written by the kernel right before the quantizer
+            outs.append((x, gran, *A.quantize_activation(x, gran)))
+        return outs
+
+    for shape in [(4096, 4096), (64, 4096), (1, 4096)]:
+        src = crafted_x(*shape, torch.bfloat16, seed=11, device="cuda")
+        chain(src)  # compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = chain(src)
+        for seed, kind in [(12, "mixed"), (13, "nan"), (14, "ties")]:
+            src.copy_(crafted_x(*shape, torch.bfloat16, seed=seed, kind=kind, device="cuda") / 2)
+            eager = chain(src)
+            graph.replay()
+            A.PDL = False
+            try:
+                plain = chain(src)
+            finally:
+                A.PDL = True
+            for outs, how in ((eager, "eager"), (captured, "graph"), (plain, "plain")):
+                for x, gran, q, s in outs:
+                    rq, rs = dispatch.quantize_activation(x, gran)
+                    assert same_scales(s, rs) and same_codes(q, rq), (how, gran, shape, kind)

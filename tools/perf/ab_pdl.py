@@ -2,6 +2,11 @@
 
     python -m tools.perf.ab_pdl --m 64,256 [--shapes 4096x4096,...] [--rounds 2] [--out ab.jsonl]
     python -m tools.perf.ab_pdl --family gemv --m 1,4,16      # the Triton decode GEMVs (session 16)
+    python -m tools.perf.ab_pdl --family act_quant --m 16,64,256,1024,4096 --formats fp8_tensor/fp8,...  (session 19)
+
+--family act_quant flips only the Triton activation quantizer's programmatic launch (kernels_triton._act_quant.PDL;
+the GEMMs stay as shipped) under the W8A8 route the table holds for the cell where that route launches it (a
+`_scaled_mm` candidate or the Triton W8A8 GEMM), else under the format's `_scaled_mm` candidate.
 
 Per cell (format/act x shape x M): the Triton GEMM (or GEMV) of that format/act with the shipped table's config where
 it holds the key, else with its default config, timed with PDL off and on; the table's own route (whatever it is)
@@ -22,6 +27,9 @@ from tools.perf.probe_w8a16_gemm import SHAPES
 FORMATS = ("fp8_row/bf16", "mxfp8/bf16", "fp8_block/fp8", "fp8_tensor/fp8", "fp8_row/fp8")
 TRITON_GEMMS = {"bf16": "triton.w8a16_gemm", "fp8": "triton.w8a8_gemm"}
 TRITON_GEMVS = {"bf16": "triton.w8a16_gemv", "fp8": "triton.w8a8_gemv"}
+SCALED_MM = {"fp8_tensor": "torch.scaled_mm_tensorwise", "fp8_row": "torch.scaled_mm_rowwise",
+             "fp8_block": "torch.scaled_mm_blockwise"}  # W8A8 routes that launch the Triton quantizer
+QUANTIZING = frozenset(SCALED_MM.values()) | {"triton.w8a8_gemm"}
 
 
 VARIANTS = {"off": False, "on": True}  # name -> kernels_triton._pdl.ENABLED
@@ -49,15 +57,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="")
-    ap.add_argument("--family", choices=("gemm", "gemv"), default="gemm")
+    ap.add_argument("--family", choices=("gemm", "gemv", "act_quant"), default="gemm")
     a = ap.parse_args(argv)
     kernels = TRITON_GEMVS if a.family == "gemv" else TRITON_GEMMS
+    from kernels_triton import _act_quant
+    switch = _act_quant if a.family == "act_quant" else None  # the module whose PDL flag the variants flip
     table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
     cands = {c.id: c for c in registry.candidates()}
     tgt = detect(torch.device("cuda"))
-    saved = _pdl.ENABLED
+    if switch is None:
+        switch = _pdl
+    saved = switch.ENABLED if switch is _pdl else switch.PDL
     out = open(a.out, "a") if a.out else None
     warm_gpu(1.0)
     for shape in a.shapes.split(","):
@@ -73,6 +85,10 @@ def main(argv: list[str] | None = None) -> None:
                 hit = table.get((fmt, act, n, k, m))
                 entry = hit[1] if hit else None
                 gemm = cands[kernels[act.value]]
+                if switch is _act_quant:
+                    if act.value != "fp8":
+                        continue
+                    gemm = cands[entry.impl if entry is not None and entry.impl in QUANTIZING else SCALED_MM[fmt.value]]
                 if entry is not None and entry.impl == gemm.id:
                     cfg, src = gemm.config_type.from_dict(dict(entry.config)), "table"
                 else:
@@ -84,22 +100,23 @@ def main(argv: list[str] | None = None) -> None:
                 for r in range(a.rounds):
                     order = list(VARIANTS.items())
                     for name, on in (order if r % 2 == 0 else order[::-1]):
-                        _pdl.ENABLED = on
+                        _flip(switch, _pdl, on)
                         call, nc = route.make(ctx)
                         times[name].append(timer.time(call, nc, policy).best_us)
-                    _pdl.ENABLED = saved
+                    _flip(switch, _pdl, saved)
                     if entry is not None and entry.impl in cands and entry.impl != gemm.id:
                         c = cands[entry.impl]
                         call, nc = candidate_route(c, c.config_type.from_dict(dict(entry.config)), c.id).make(ctx)
                         table_us.append(timer.time(call, nc, policy).best_us)
                     t = timer.time(lambda i, x=x, bw=bw: torch.nn.functional.linear(x, bw[i]), len(bw), policy)
                     bf16_us.append(t.best_us)
-                    print(f"{fa} {n}x{k} M={m} r{r} [{src} {cfg}] "
+                    print(f"{fa} {n}x{k} M={m} r{r} [{gemm.id} {src} {cfg}] "
                           + " | ".join(f"{v} {ts[-1]:.2f}" for v, ts in times.items())
                           + (f" | table {entry.impl} {table_us[-1]:.2f}" if table_us else "")
                           + f" | bf16 {bf16_us[-1]:.2f}", flush=True)
                 if out:
-                    out.write(json.dumps({"fmt": fmt.value, "act": act.value, "n": n, "k": k, "m": m, "config_src": src,
+                    out.write(json.dumps({"fmt": fmt.value, "act": act.value, "n": n, "k": k, "m": m, "family": a.family,
+                                          "impl": gemm.id, "config_src": src,
                                           "config": cfg.to_dict(), "us": {v: min(ts) for v, ts in times.items()},
                                           "us_all": times, "table_impl": entry.impl if entry else None,
                                           "table_us": min(table_us) if table_us else None,
@@ -109,7 +126,15 @@ def main(argv: list[str] | None = None) -> None:
             del ws
             torch.cuda.empty_cache()
         del bw
-    _pdl.ENABLED = saved
+    _flip(switch, _pdl, saved)
+
+
+def _flip(switch, pdl_module, on: bool) -> None:
+    """Set the A/B's switch: kernels_triton._pdl.ENABLED (every Triton GEMM / GEMV) or _act_quant.PDL."""
+    if switch is pdl_module:
+        switch.ENABLED = on
+    else:
+        switch.PDL = on
 
 
 if __name__ == "__main__":
