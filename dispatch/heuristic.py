@@ -181,9 +181,16 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
 # MEASURED_PRIORS term (0.78, fit at M = 1, 4 in session 12) stays for M <= 8. Replays (tests/test_heuristic_eval.py):
 # fallback chain 273 -> 275 of 280, the heuristic alone 268 -> 270, without CuPy 270 -> 271, untabled unchanged (30);
 # session 1's data (older kernels) 118 -> 116.
+# fp8_tensor, fit to session 19's re-tune after the activation quantizer became a programmatic launch (`... fit_priors
+# docs/perf/h200_candidates_2026-11-30_s19.json --m 16`: 0.99 / 7.5 us, worst cell 8 % off; the first measurement of
+# current code in those cells). Replays on session 19's data: fallback chain 275 -> 276, the heuristic alone 267 ->
+# 268, without CuPy 272 -> 274, untabled unchanged (30 / 30), session 1's 116 -> 115. (`_scaled_mm`'s fit there, 0.99 /
+# 6.4 us, changes no count; that re-tune's fits for the CUDA GEMV at M = 16, from its first 3 configs only, would
+# raise the heuristic alone to 272-279 but drop session 1's to 96-111: neither taken.)
 ROWS_16_PRIORS: dict[tuple[str, Format], Prior] = {
     ("triton.w8a8_gemm", Format.FP8_BLOCK): Prior(0.97, 0.58, True, 6.9, **_GEMM_SHAPE),
     ("triton.w8a8_gemm", Format.FP8_ROW): Prior(0.97, 0.40, True, 7.1, **_GEMM_SHAPE),
+    ("triton.w8a8_gemm", Format.FP8_TENSOR): Prior(0.99, 0.40, True, 7.5, **_GEMM_SHAPE),
 }
 
 # A candidate without its own prior: a generic hand-written kernel of its backend.
