@@ -500,9 +500,14 @@ def test_model_skinny_loop_reads_every_step_once_from_the_right_slot(depth, pref
 
 
 # --- activation-quantization launch geometry: every code and scale written exactly once ----------------
+VECS = 2  # FP8D_ACTQ_VECS of act_quant.cu
+
+
 def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy model of the index arithmetic of act_quant.cu under _launch.act_quant_plan: how often each code
-    and each scale is written, and how often each x element enters the amax that its scale comes from."""
+    and each scale is written, and how often each x element enters the amax that its scale comes from. For bf16 x,
+    16-byte aligned (torch's allocations): the single-read register paths where their conditions hold, the
+    two-read loops otherwise (those also run for misaligned x)."""
     from kernels_cuda._launch import act_quant_plan
 
     numel = m * k
@@ -514,7 +519,17 @@ def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.n
     for entry, grid, block in act_quant_plan(m, k, g):
         nb, nt = grid[0], block[0]
         tid = np.arange(nt)
-        if entry == "fp8d_act_quant_token":
+        if entry == "fp8d_act_quant_token" and k % 8 == 0 and k // 8 <= VECS * nt:
+            nvec = k // 8  # one row per CTA held in registers: vector i by thread i % nt, register i // nt
+            for b in range(nb):
+                scales[b] += 1
+                for r in range(VECS):
+                    i = tid + r * nt
+                    i = i[i < nvec]
+                    for j in range(8):
+                        np.add.at(amax_reads, b * k + 8 * i + j, 1)
+                        np.add.at(codes, b * k + 8 * i + j, 1)
+        elif entry == "fp8d_act_quant_token":
             for b in range(nb):
                 for kk in range(0, k, nt):  # amax loop: k = tid; k < K; k += blockDim
                     idx = kk + tid
@@ -546,6 +561,24 @@ def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.n
                 for j in range(4):
                     idx = i0 + 4 * tid + j
                     np.add.at(codes, idx[idx < numel], 1)
+        elif entry == "fp8d_act_quant_tensor_redundant" and -(-(-(-(numel // 8) // nt)) // nb) <= VECS:
+            nvec = numel // 8
+            passes = -(-nvec // nt)
+            share = -(-passes // nb)
+            for j in range(passes):  # the amax loop of every CTA (the same in each: modelled once)
+                v = j * nt + tid
+                v = v[v < nvec]
+                for e in range(8):
+                    np.add.at(amax_reads, 8 * v + e, 1)
+            np.add.at(amax_reads, np.arange(8 * nvec, numel), 1)
+            scales[0] += 1
+            for b in range(nb):  # CTA b stores the vectors of its passes [b * share, b * share + share)
+                for r in range(share):
+                    v = (b * share + r) * nt + tid
+                    v = v[v < nvec]
+                    for e in range(8):
+                        np.add.at(codes, 8 * v + e, 1)
+            np.add.at(codes, np.arange(8 * nvec, numel), 1)  # the tail, by the last CTA
         elif entry == "fp8d_act_quant_tensor_redundant":
             # Every CTA runs the same amax loop over ALL of x (indices independent of blockIdx): model it
             # once (it is the same in every CTA) with the 16-byte path for bf16 x (8 elements a load) plus the scalar tail.
@@ -579,9 +612,12 @@ def _act_quant_coverage(m: int, k: int, g) -> tuple[np.ndarray, np.ndarray, np.n
 
 @pytest.mark.parametrize("m,k", [(1, 16), (2, 1040), (9, 1040), (32, 1040), (17, 4096), (31, 4096), (32, 4096),
                                  (16, 4096), (6, 129), (1, 7), (32, 16384), (64, 8192), (1, 4096), (2, 4096),
-                                 (1, 8200), (3, 2730)])
+                                 (1, 8200), (3, 2730), (1, 14336), (2, 20000), (3, 4100), (8, 8192)])
 def test_act_quant_plan_writes_every_code_once(m, k):
     from dispatch.formats import ActGranularity
+    from kernels_cuda import compiler
+
+    assert f"#define FP8D_ACTQ_VECS {VECS}" in (compiler.CSRC / "act_quant.cu").read_text()
 
     for g in ActGranularity:
         codes, scales, amax_reads = _act_quant_coverage(m, k, g)

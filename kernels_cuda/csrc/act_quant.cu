@@ -49,13 +49,87 @@ __device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uin
   fp8d_store_codes4(codes, i0, end, fp8d_quant4(v[0], v[1], v[2], v[3], s), aligned4);
 }
 
+// |h| max of the two 16-bit halves (bf16 or f16) or of one f32 word.
+__device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float amax) {
+  if (x_kind == FP8D_DTYPE_F32) return fp8d_nanmax(amax, fabsf(__uint_as_float(wd)));
+  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
+  const float a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
+  const float b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
+  return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
+}
+
+// |v| max over the 8 (bf16 / f16) or 4 (f32) values of a 16-byte vector of x.
+__device__ __forceinline__ float fp8d_vec_absmax(const uint4& v, int x_kind, float amax) {
+  amax = fp8d_word_absmax(v.x, x_kind, amax);
+  amax = fp8d_word_absmax(v.y, x_kind, amax);
+  amax = fp8d_word_absmax(v.z, x_kind, amax);
+  return fp8d_word_absmax(v.w, x_kind, amax);
+}
+
+// The codes of the values of a 16-byte vector of x (vector index i, 16-byte aligned x) with scale s: 8 codes
+// (one 8-byte store) for bf16 / f16, 4 (one 4-byte store) for f32. The same fp8d_quant4 as the scalar paths.
+__device__ __forceinline__ void fp8d_quant_store_vec(const uint4& v, int x_kind, uint8_t* __restrict__ codes,
+                                                     long long i, float s) {
+  if (x_kind == FP8D_DTYPE_F32) {
+    reinterpret_cast<unsigned*>(codes)[i] = fp8d_quant4(__uint_as_float(v.x), __uint_as_float(v.y),
+                                                        __uint_as_float(v.z), __uint_as_float(v.w), s);
+    return;
+  }
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+  float f[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const unsigned wd = words[w];
+    const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
+    f[2 * w] = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
+    f[2 * w + 1] = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
+  }
+  reinterpret_cast<uint2*>(codes)[i] = make_uint2(fp8d_quant4(f[0], f[1], f[2], f[3], s),
+                                                  fp8d_quant4(f[4], f[5], f[6], f[7], s));
+}
+
+// Vectors of x a thread of the single-read paths holds in registers between the amax and the codes.
+#define FP8D_ACTQ_VECS 2
+// The single-read paths on (1) or off (0: every input takes the two-read loops, as before session 19):
+// tools.perf.ab_pdl --family cuda_act_quant compiles the module both ways (-DFP8D_ACTQ_SINGLE_READ=0).
+#ifndef FP8D_ACTQ_SINGLE_READ
+#define FP8D_ACTQ_SINGLE_READ 1
+#endif
+
 // Per token: one CTA per row m. scales[m] (the [M, 1] tensor).
+// Rows of whole 16-byte vectors (x aligned, K a multiple of 8 values, or of 4 for f32) that fit in
+// FP8D_ACTQ_VECS vectors a thread are read ONCE: the values stay in registers across the CTA's max, so the
+// codes need no second read of x (the critical path of a decode step: one load round trip, not two). Other rows
+// (a uniform branch) read x twice: an amax loop, then a loop of 4-value stores.
 extern "C" __global__ void __launch_bounds__(1024) fp8d_act_quant_token(const void* __restrict__ x, int x_kind,
                                                                          uint8_t* __restrict__ codes,
                                                                          float* __restrict__ scales, int K) {
   fp8d_act_quant_enter();
   __shared__ float sm[32];
   const long long base = (long long)blockIdx.x * K;
+  const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;
+  const int nvec = K / per;
+  if (FP8D_ACTQ_SINGLE_READ && K % per == 0 && nvec <= FP8D_ACTQ_VECS * (int)blockDim.x &&
+      (reinterpret_cast<unsigned long long>(x) & 15ull) == 0ull) {
+    const uint4* xv = reinterpret_cast<const uint4*>(x) + (long long)blockIdx.x * nvec;
+    uint4 v[FP8D_ACTQ_VECS];
+    float amax = 0.0f;
+#pragma unroll
+    for (int r = 0; r < FP8D_ACTQ_VECS; ++r) {
+      const int i = threadIdx.x + r * blockDim.x;
+      v[r] = i < nvec ? fp8d_load128_keep(xv + i) : make_uint4(0u, 0u, 0u, 0u);
+      amax = fp8d_vec_absmax(v[r], x_kind, amax);
+    }
+    amax = fp8d_block_max(amax, sm);
+    const float s = fp8d_act_scale(amax);
+    if (threadIdx.x == 0) scales[blockIdx.x] = s;
+#pragma unroll
+    for (int r = 0; r < FP8D_ACTQ_VECS; ++r) {
+      const int i = threadIdx.x + r * blockDim.x;
+      if (i < nvec) fp8d_quant_store_vec(v[r], x_kind, codes, (long long)blockIdx.x * nvec + i, s);
+    }
+    return;
+  }
   float amax = 0.0f;
   for (int k = threadIdx.x; k < K; k += blockDim.x) amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, base + k, x_kind)));
   amax = fp8d_block_max(amax, sm);
@@ -105,18 +179,13 @@ __device__ __forceinline__ void fp8d_quantize_grid_share(float amax, const void*
     fp8d_quant_store4(x, x_kind, codes, i, numel, s, true);
 }
 
-// |h| max of the two 16-bit halves (bf16 or f16) or of one f32 word.
-__device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float amax) {
-  if (x_kind == FP8D_DTYPE_F32) return fp8d_nanmax(amax, fabsf(__uint_as_float(wd)));
-  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
-  const float a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
-  const float b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
-  return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
-}
-
 // Per tensor in one launch: every CTA reads ALL of x (16-byte loads where x is 16-byte aligned) and so
 // computes the SAME amax and scale without a second launch, a workspace or atomics (max is exact and
-// order-free, NaN-propagating); then each CTA quantizes its grid-stride share and CTA 0 writes the scale.
+// order-free, NaN-propagating); then each CTA quantizes its share and CTA 0 writes the scale.
+// Aligned x whose vectors fit FP8D_ACTQ_VECS a thread across the grid: CTA b's share is the vectors its threads
+// load in passes [b * S, (b + 1) * S) of the amax loop (S = passes per CTA), kept in registers, so x is read once
+// per CTA and the codes need no second read; the values after the last whole vector go through the scalar tail.
+// Otherwise each CTA quantizes its grid-stride share, reading x again.
 __device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict__ x, int x_kind,
                                                           uint8_t* __restrict__ codes, float* __restrict__ scale,
                                                           long long numel) {
@@ -128,14 +197,39 @@ __device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict
     const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;
     const long long nvec = numel / per;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
+    const long long passes = (nvec + blockDim.x - 1) / blockDim.x;
+    const long long share = (passes + gridDim.x - 1) / gridDim.x;  // passes per CTA
+    if (FP8D_ACTQ_SINGLE_READ && share <= FP8D_ACTQ_VECS) {
+      const long long first = (long long)blockIdx.x * share;
+      uint4 mine[FP8D_ACTQ_VECS];
+#pragma unroll
+      for (int r = 0; r < FP8D_ACTQ_VECS; ++r) mine[r] = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 4
-    for (long long i = threadIdx.x; i < nvec; i += blockDim.x) {
-      const uint4 v = fp8d_load128_keep(xv + i);
-      amax = fp8d_word_absmax(v.x, x_kind, amax);
-      amax = fp8d_word_absmax(v.y, x_kind, amax);
-      amax = fp8d_word_absmax(v.z, x_kind, amax);
-      amax = fp8d_word_absmax(v.w, x_kind, amax);
+      for (long long j = 0; j < passes; ++j) {
+        const long long i = j * blockDim.x + threadIdx.x;
+        const uint4 v = i < nvec ? fp8d_load128_keep(xv + i) : make_uint4(0u, 0u, 0u, 0u);
+        amax = fp8d_vec_absmax(v, x_kind, amax);
+#pragma unroll
+        for (int r = 0; r < FP8D_ACTQ_VECS; ++r)
+          if (j == first + r) mine[r] = v;
+      }
+      for (long long i = nvec * per + threadIdx.x; i < numel; i += blockDim.x)
+        amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
+      amax = fp8d_block_max(amax, sm);
+      const float s = fp8d_act_scale(amax);
+      if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
+#pragma unroll
+      for (int r = 0; r < FP8D_ACTQ_VECS; ++r) {
+        const long long i = (first + r) * blockDim.x + threadIdx.x;
+        if (r < share && i < nvec) fp8d_quant_store_vec(mine[r], x_kind, codes, i, s);
+      }
+      if (blockIdx.x == gridDim.x - 1)  // the last values (fewer than a vector)
+        for (long long i = nvec * per + threadIdx.x; i < numel; i += blockDim.x)
+          fp8d_quant_store4(x, x_kind, codes, i, i + 1, s, false);
+      return;
     }
+#pragma unroll 4
+    for (long long i = threadIdx.x; i < nvec; i += blockDim.x) amax = fp8d_vec_absmax(fp8d_load128_keep(xv + i), x_kind, amax);
     done = nvec * per;
   }
   for (long long i = done + threadIdx.x; i < numel; i += blockDim.x)

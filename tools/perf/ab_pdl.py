@@ -4,6 +4,8 @@
     python -m tools.perf.ab_pdl --family gemv --m 1,4,16      # the Triton decode GEMVs (session 16)
     python -m tools.perf.ab_pdl --family act_quant --m 16,64,256,1024,4096 --formats fp8_tensor/fp8,...  (session 19)
 
+--family cuda_act_quant flips the CUDA quantizer's single-read register paths (act_quant.cu, compiled with and without
+-DFP8D_ACTQ_SINGLE_READ=0) under the CUDA W8A8 GEMV (the table's config where it holds the key, else its default).
 --family act_quant flips only the Triton activation quantizer's programmatic launch (kernels_triton._act_quant.PDL;
 the GEMMs stay as shipped) under the W8A8 route the table holds for the cell where that route launches it (a
 `_scaled_mm` candidate or the Triton W8A8 GEMM), else under the format's `_scaled_mm` candidate.
@@ -57,11 +59,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="")
-    ap.add_argument("--family", choices=("gemm", "gemv", "act_quant"), default="gemm")
+    ap.add_argument("--family", choices=("gemm", "gemv", "act_quant", "cuda_act_quant"), default="gemm")
     a = ap.parse_args(argv)
     kernels = TRITON_GEMVS if a.family == "gemv" else TRITON_GEMMS
     from kernels_triton import _act_quant
-    switch = _act_quant if a.family == "act_quant" else None  # the module whose PDL flag the variants flip
+    switch = {"act_quant": _act_quant}.get(a.family)  # the module whose flag the variants flip
+    if a.family == "cuda_act_quant":
+        switch = _CudaSingleRead()
+        kernels = {"fp8": "cuda.w8a8_gemv"}
     table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     tgt = detect(torch.device("cuda"))
     if switch is None:
         switch = _pdl
-    saved = switch.ENABLED if switch is _pdl else switch.PDL
+    saved = _flag(switch, _pdl)
     out = open(a.out, "a") if a.out else None
     warm_gpu(1.0)
     for shape in a.shapes.split(","):
@@ -85,9 +90,9 @@ def main(argv: list[str] | None = None) -> None:
                 hit = table.get((fmt, act, n, k, m))
                 entry = hit[1] if hit else None
                 gemm = cands[kernels[act.value]]
+                if switch is not _pdl and act.value != "fp8":
+                    continue
                 if switch is _act_quant:
-                    if act.value != "fp8":
-                        continue
                     gemm = cands[entry.impl if entry is not None and entry.impl in QUANTIZING else SCALED_MM[fmt.value]]
                 if entry is not None and entry.impl == gemm.id:
                     cfg, src = gemm.config_type.from_dict(dict(entry.config)), "table"
@@ -129,10 +134,38 @@ def main(argv: list[str] | None = None) -> None:
     _flip(switch, _pdl, saved)
 
 
+class _CudaSingleRead:
+    """The CUDA quantizer's single-read paths as a switch: off wraps kernels_cuda._launch.act_quant_module so the
+    module compiles with -DFP8D_ACTQ_SINGLE_READ=0 (another module key, so another loaded module), and clears the
+    cached launches that hold the loaded kernels."""
+
+    def __init__(self) -> None:
+        from kernels_cuda import _launch
+        self.launch, self.module = _launch, _launch.act_quant_module
+        self.on = True
+
+    def set(self, on: bool) -> None:
+        base = self.module
+        self.launch.act_quant_module = base if on else (
+            lambda force_sw_cvt=False: (base(force_sw_cvt)[0],
+                                        tuple(sorted(dict(base(force_sw_cvt)[1], FP8D_ACTQ_SINGLE_READ=0).items()))))
+        self.launch._act_quant_launches.cache_clear()
+        self.on = on
+
+
+def _flag(switch, pdl_module) -> bool:
+    if switch is pdl_module:
+        return switch.ENABLED
+    return switch.on if isinstance(switch, _CudaSingleRead) else switch.PDL
+
+
 def _flip(switch, pdl_module, on: bool) -> None:
-    """Set the A/B's switch: kernels_triton._pdl.ENABLED (every Triton GEMM / GEMV) or _act_quant.PDL."""
+    """Set the A/B's switch: kernels_triton._pdl.ENABLED (every Triton GEMM / GEMV), _act_quant.PDL, or the CUDA
+    quantizer's single-read paths."""
     if switch is pdl_module:
         switch.ENABLED = on
+    elif isinstance(switch, _CudaSingleRead):
+        switch.set(on)
     else:
         switch.PDL = on
 
