@@ -184,7 +184,8 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
 # fp8_tensor, fit to session 19's re-tune after the activation quantizer became a programmatic launch (`... fit_priors
 # docs/perf/h200_candidates_2026-11-30_s19.json --m 16`: 0.99 / 7.5 us, worst cell 8 % off; the first measurement of
 # current code in those cells). Replays on session 19's data: fallback chain 275 -> 276, the heuristic alone 267 ->
-# 268, without CuPy 272 -> 274, untabled unchanged (30 / 30), session 1's 116 -> 115. (`_scaled_mm`'s fit there, 0.99 /
+# 268, without CuPy 272 -> 274, untabled unchanged (30 / 30), session 1's 116 -> 115; with the session's later decode
+# re-tune (the CUDA quantizer's single-read paths) overlaid: 277, 270 and 274. (`_scaled_mm`'s fit there, 0.99 /
 # 6.4 us, changes no count; that re-tune's fits for the CUDA GEMV at M = 16, from its first 3 configs only, would
 # raise the heuristic alone to 272-279 but drop session 1's to 96-111: neither taken.)
 ROWS_16_PRIORS: dict[tuple[str, Format], Prior] = {

@@ -91,7 +91,11 @@ __device__ __forceinline__ void fp8d_quant_store_vec(const uint4& v, int x_kind,
 // Vectors of x a thread of the single-read paths holds in registers between the amax and the codes.
 #define FP8D_ACTQ_VECS 2
 // The single-read paths on (1) or off (0: every input takes the two-read loops, as before session 19):
-// tools.perf.ab_pdl --family cuda_act_quant compiles the module both ways (-DFP8D_ACTQ_SINGLE_READ=0).
+// tools.perf.ab_pdl --family cuda_act_quant compiles the module both ways (-DFP8D_ACTQ_SINGLE_READ=0). Measured on
+// the H200 under the W8A8 GEMV (session 19, 21 cells per M, on / off): per token 0.926 / 0.917 / 0.936x the route's
+// time at M = 1 / 4 / 16; the one-launch per-tensor path 1.034 / 1.013 / 0.972x (one or two CTAs at M = 1, 4: half of
+// their threads idle, each with twice the divisions, against a second read that hits L1). Keeping only the per-token
+// path is docs/perf/h200_next_per_tensor_two_read_s19.patch; it needs a re-tune of the cuda.w8a8_gemv entries.
 #ifndef FP8D_ACTQ_SINGLE_READ
 #define FP8D_ACTQ_SINGLE_READ 1
 #endif
