@@ -164,3 +164,30 @@ def test_ab_vs_bf16_reproduces_session_15s_issue3_decode_speedups():
     assert len(got) == 40
     assert round(got[("fp8_row", "bf16", 4096, 4096)], 2) == 1.48 and round(got[("fp8_row", "bf16", 6144, 4096)], 2) == 1.49
     assert max(sp for (f, a, n, k), sp in got.items() if (n, k) in ((4096, 4096), (6144, 4096))) < 1.5
+
+
+@pytest.mark.parametrize("family", ["gemm", "gemv", "act_quant", "cuda_act_quant"])
+def test_ab_pdl_switches_flip_what_they_name_and_restore(family):
+    """tools.perf.ab_pdl's A/B switches: off changes exactly the launch property the family names (the Triton PDL
+    flags, or the CUDA quantizer module's -DFP8D_ACTQ_SINGLE_READ=0 key), on restores it."""
+    from kernels_triton import _act_quant, _pdl
+    from tools.perf.ab_pdl import _switch
+
+    if family == "cuda_act_quant":
+        launch = pytest.importorskip("kernels_cuda._launch")
+        before = launch.act_quant_module()
+    sw = _switch(family)
+    assert sw.get() is True
+    try:
+        sw.set(False)
+        assert sw.get() is False
+        if family == "cuda_act_quant":
+            name, defines = launch.act_quant_module()
+            assert name == before[0] and dict(defines) == dict(before[1], FP8D_ACTQ_SINGLE_READ=0)
+        else:
+            assert (_pdl.ENABLED, _act_quant.PDL) == ((False, True) if family != "act_quant" else (True, False))
+    finally:
+        sw.set(True)
+    assert sw.get() is True and _pdl.ENABLED and _act_quant.PDL
+    if family == "cuda_act_quant":
+        assert launch.act_quant_module() == before

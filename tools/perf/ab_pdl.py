@@ -34,7 +34,7 @@ SCALED_MM = {"fp8_tensor": "torch.scaled_mm_tensorwise", "fp8_row": "torch.scale
 QUANTIZING = frozenset(SCALED_MM.values()) | {"triton.w8a8_gemm"}
 
 
-VARIANTS = {"off": False, "on": True}  # name -> kernels_triton._pdl.ENABLED
+VARIANTS = {"off": False, "on": True}  # name -> the family's switch (_switch)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +48,6 @@ def main(argv: list[str] | None = None) -> None:
     from dispatch.tables import load_table
     from dispatch.target import detect
     from dispatch.weight_quant import quantize
-    from kernels_triton import _pdl
     from tools.perf.routes import RouteCtx, candidate_route
     from tools.perf.timing import CudaTimer, RotationPolicy, TimingPolicy, l2_bytes, warm_gpu
     from tools.perf.workload import bf16_copies, build_weight_set, make_weight
@@ -61,20 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--family", choices=("gemm", "gemv", "act_quant", "cuda_act_quant"), default="gemm")
     a = ap.parse_args(argv)
-    kernels = TRITON_GEMVS if a.family == "gemv" else TRITON_GEMMS
-    from kernels_triton import _act_quant
-    switch = {"act_quant": _act_quant}.get(a.family)  # the module whose flag the variants flip
-    if a.family == "cuda_act_quant":
-        switch = _CudaSingleRead()
-        kernels = {"fp8": "cuda.w8a8_gemv"}
+    kernels = {"gemv": TRITON_GEMVS, "cuda_act_quant": {"fp8": "cuda.w8a8_gemv"}}.get(a.family, TRITON_GEMMS)
+    switch = _switch(a.family)  # what the variants flip
     table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
     policy = TimingPolicy(target_graph_us=3000.0, min_calls=20, max_calls=300, replays=7, eager_iters=10)  # bench's
     cands = {c.id: c for c in registry.candidates()}
     tgt = detect(torch.device("cuda"))
-    if switch is None:
-        switch = _pdl
-    saved = _flag(switch, _pdl)
+    saved = switch.get()
     out = open(a.out, "a") if a.out else None
     warm_gpu(1.0)
     for shape in a.shapes.split(","):
@@ -90,9 +83,9 @@ def main(argv: list[str] | None = None) -> None:
                 hit = table.get((fmt, act, n, k, m))
                 entry = hit[1] if hit else None
                 gemm = cands[kernels[act.value]]
-                if switch is not _pdl and act.value != "fp8":
+                if a.family in ("act_quant", "cuda_act_quant") and act.value != "fp8":
                     continue
-                if switch is _act_quant:
+                if a.family == "act_quant":
                     gemm = cands[entry.impl if entry is not None and entry.impl in QUANTIZING else SCALED_MM[fmt.value]]
                 if entry is not None and entry.impl == gemm.id:
                     cfg, src = gemm.config_type.from_dict(dict(entry.config)), "table"
@@ -105,10 +98,10 @@ def main(argv: list[str] | None = None) -> None:
                 for r in range(a.rounds):
                     order = list(VARIANTS.items())
                     for name, on in (order if r % 2 == 0 else order[::-1]):
-                        _flip(switch, _pdl, on)
+                        switch.set(on)
                         call, nc = route.make(ctx)
                         times[name].append(timer.time(call, nc, policy).best_us)
-                    _flip(switch, _pdl, saved)
+                    switch.set(saved)
                     if entry is not None and entry.impl in cands and entry.impl != gemm.id:
                         c = cands[entry.impl]
                         call, nc = candidate_route(c, c.config_type.from_dict(dict(entry.config)), c.id).make(ctx)
@@ -131,7 +124,21 @@ def main(argv: list[str] | None = None) -> None:
             del ws
             torch.cuda.empty_cache()
         del bw
-    _flip(switch, _pdl, saved)
+    switch.set(saved)
+
+
+class _ModuleFlag:
+    """A module-level bool read at each launch: kernels_triton._pdl.ENABLED (every Triton GEMM / GEMV) or
+    kernels_triton._act_quant.PDL (the Triton quantizer alone)."""
+
+    def __init__(self, module, attr: str) -> None:
+        self.module, self.attr = module, attr
+
+    def get(self) -> bool:
+        return getattr(self.module, self.attr)
+
+    def set(self, on: bool) -> None:
+        setattr(self.module, self.attr, on)
 
 
 class _CudaSingleRead:
@@ -144,6 +151,9 @@ class _CudaSingleRead:
         self.launch, self.module = _launch, _launch.act_quant_module
         self.on = True
 
+    def get(self) -> bool:
+        return self.on
+
     def set(self, on: bool) -> None:
         base = self.module
         self.launch.act_quant_module = base if on else (
@@ -153,21 +163,15 @@ class _CudaSingleRead:
         self.on = on
 
 
-def _flag(switch, pdl_module) -> bool:
-    if switch is pdl_module:
-        return switch.ENABLED
-    return switch.on if isinstance(switch, _CudaSingleRead) else switch.PDL
+def _switch(family: str):
+    """The A/B switch of a --family."""
+    from kernels_triton import _act_quant, _pdl
 
-
-def _flip(switch, pdl_module, on: bool) -> None:
-    """Set the A/B's switch: kernels_triton._pdl.ENABLED (every Triton GEMM / GEMV), _act_quant.PDL, or the CUDA
-    quantizer's single-read paths."""
-    if switch is pdl_module:
-        switch.ENABLED = on
-    elif isinstance(switch, _CudaSingleRead):
-        switch.set(on)
-    else:
-        switch.PDL = on
+    if family == "act_quant":
+        return _ModuleFlag(_act_quant, "PDL")
+    if family == "cuda_act_quant":
+        return _CudaSingleRead()
+    return _ModuleFlag(_pdl, "ENABLED")
 
 
 if __name__ == "__main__":
