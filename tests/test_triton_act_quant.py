@@ -658,3 +658,16 @@ def test_gpu_programmatic_chain_reads_what_the_previous_kernel_wrote():
                 for x, gran, q, s in outs:
                     rq, rs = dispatch.quantize_activation(x, gran)
                     assert same_scales(s, rs) and same_codes(q, rq), (how, gran, shape, kind)
+
+
+def test_the_default_launch_shape_is_the_measured_one():
+    """The `_scaled_mm` and Triton W8A8 table entries hash kernels_triton/_act_quant.py, not configs.py, where the
+    quantizer's default launch shape lives: a changed default would not stale them. So the default is pinned here to
+    the one those entries ran with (timed in session 18: tools/perf/probe_act_quant.py). Changing it needs their
+    re-tune (tools/perf/retune_w8a8.sh), then this line."""
+    from kernels_triton.configs import ActQuantConfig, default_act_quant_config
+
+    want = ActQuantConfig(block=8192, num_warps=8, single_program_max=8192, amax_programs_per_sm=4, row_max=16384,
+                          recip_div=True)
+    for arch in ("sm_80", "sm_89", "sm_90", "gfx1201"):
+        assert default_act_quant_config(Target.simulated_for(arch)) == want, arch
