@@ -162,6 +162,19 @@ def _retire(groups: tuple, keep: int) -> tuple:
     return groups[len(groups) - keep:] if len(groups) > keep else groups
 
 
+def _flow(i: int, count: int, branch: bool, target: "int | None", ends: bool, predicated: bool) -> list[int]:
+    """Successors of instruction i of `count`: a branch goes to `target` (None: out of the listing) and, predicated,
+    also falls through; an instruction that `ends` its path (exit, return, indirect jump) falls through only when
+    predicated; anything else falls through."""
+    nxt = [i + 1] if i + 1 < count else []
+    if branch:
+        taken = [target] if target is not None else []
+        return taken + nxt if predicated else taken
+    if ends:
+        return nxt if predicated else []
+    return nxt
+
+
 def _walk(count: int, successors, step) -> None:
     """Visit instruction 0.. with every in-flight state that can reach it (state: (committed groups oldest first,
     the open group's registers, its first instruction)), until nothing new arrives; `step` records hazards."""
@@ -201,14 +214,9 @@ def wgmma_register_hazards(sass: str) -> list[WgmmaHazard]:
     def successors(i: int) -> list[int]:
         _, op, operands, _, predicated = instrs[i]
         base = op.split(".")[0]
-        nxt = [i + 1] if i + 1 < len(instrs) else []
-        if base == "BRA" and operands and operands[-1].startswith("0x"):
-            target = index.get(int(operands[-1], 16))
-            taken = [target] if target is not None else []
-            return taken + nxt if predicated else taken
-        if base in ("EXIT", "RET", "BRX", "JMP", "JMX"):
-            return nxt if predicated else []
-        return nxt
+        branch = base == "BRA" and bool(operands) and operands[-1].startswith("0x")
+        return _flow(i, len(instrs), branch, index.get(int(operands[-1], 16)) if branch else None,
+                     base in ("EXIT", "RET", "BRX", "JMP", "JMX"), predicated)
 
     def step(i: int, state: tuple) -> tuple:
         """The state after instruction i: (committed groups oldest first, the open group's registers and address)."""
@@ -321,14 +329,10 @@ def ptx_wgmma_register_hazards(ptx: str) -> list[PtxWgmmaHazard]:
 
     def successors(i: int) -> list[int]:
         _, op, _, operands, predicated = stmts[i]
-        nxt = [i + 1] if i + 1 < len(stmts) else []
-        if op.split(".")[0] == "bra" and operands:
-            target = labels.get(operands[-1].strip())
-            taken = [target] if target is not None else []
-            return taken + nxt if predicated else taken
-        if op.split(".")[0] in ("ret", "exit"):
-            return nxt if predicated else []
-        return nxt
+        base = op.split(".")[0]
+        branch = base == "bra" and bool(operands)
+        return _flow(i, len(stmts), branch, labels.get(operands[-1].strip()) if branch else None,
+                     base in ("ret", "exit"), predicated)
 
     def step(i: int, state: tuple) -> tuple:
         groups, open_regs, open_at = state

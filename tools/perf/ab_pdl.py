@@ -156,9 +156,12 @@ class _CudaSingleRead:
 
     def set(self, on: bool) -> None:
         base = self.module
-        self.launch.act_quant_module = base if on else (
-            lambda force_sw_cvt=False: (base(force_sw_cvt)[0],
-                                        tuple(sorted(dict(base(force_sw_cvt)[1], FP8D_ACTQ_SINGLE_READ=0).items()))))
+
+        def two_reads(force_sw_cvt: bool = False):
+            name, defines = base(force_sw_cvt)
+            return name, tuple(sorted(dict(defines, FP8D_ACTQ_SINGLE_READ=0).items()))
+
+        self.launch.act_quant_module = base if on else two_reads
         self.launch._act_quant_launches.cache_clear()
         self.on = on
 
