@@ -49,12 +49,18 @@ __device__ __forceinline__ void fp8d_quant_store4(const void* x, int x_kind, uin
   fp8d_store_codes4(codes, i0, end, fp8d_quant4(v[0], v[1], v[2], v[3], s), aligned4);
 }
 
+// The two 16-bit halves (bf16 or f16; x_kind is not f32) of a 32-bit word of x as f32: lo -> a, hi -> b.
+__device__ __forceinline__ void fp8d_word_halves(unsigned wd, int x_kind, float& a, float& b) {
+  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
+  a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
+  b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
+}
+
 // |h| max of the two 16-bit halves (bf16 or f16) or of one f32 word.
 __device__ __forceinline__ float fp8d_word_absmax(unsigned wd, int x_kind, float amax) {
   if (x_kind == FP8D_DTYPE_F32) return fp8d_nanmax(amax, fabsf(__uint_as_float(wd)));
-  const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
-  const float a = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
-  const float b = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
+  float a, b;
+  fp8d_word_halves(wd, x_kind, a, b);
   return fp8d_nanmax(fp8d_nanmax(amax, fabsf(a)), fabsf(b));
 }
 
@@ -78,24 +84,19 @@ __device__ __forceinline__ void fp8d_quant_store_vec(const uint4& v, int x_kind,
   const unsigned words[4] = {v.x, v.y, v.z, v.w};
   float f[8];
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const unsigned wd = words[w];
-    const unsigned short lo = (unsigned short)(wd & 0xffffu), hi = (unsigned short)(wd >> 16);
-    f[2 * w] = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(lo) : fp8d_f16_bits_to_f32(lo);
-    f[2 * w + 1] = x_kind == FP8D_DTYPE_BF16 ? fp8d_bf16_bits_to_f32(hi) : fp8d_f16_bits_to_f32(hi);
-  }
+  for (int w = 0; w < 4; ++w) fp8d_word_halves(words[w], x_kind, f[2 * w], f[2 * w + 1]);
   reinterpret_cast<uint2*>(codes)[i] = make_uint2(fp8d_quant4(f[0], f[1], f[2], f[3], s),
                                                   fp8d_quant4(f[4], f[5], f[6], f[7], s));
 }
 
-// Vectors of x a thread of the single-read paths holds in registers between the amax and the codes.
+// Vectors of x a thread of the single-read per-token path holds in registers between the amax and the codes.
 #define FP8D_ACTQ_VECS 2
-// The single-read paths on (1) or off (0: every input takes the two-read loops, as before session 19):
+// The single-read path on (1) or off (0: every row takes the two-read loops, as before session 19):
 // tools.perf.ab_pdl --family cuda_act_quant compiles the module both ways (-DFP8D_ACTQ_SINGLE_READ=0). Measured on
-// the H200 under the W8A8 GEMV (session 19, 21 cells per M, on / off): per token 0.926 / 0.917 / 0.936x the route's
-// time at M = 1 / 4 / 16; the one-launch per-tensor path 1.034 / 1.013 / 0.972x (one or two CTAs at M = 1, 4: half of
-// their threads idle, each with twice the divisions, against a second read that hits L1). Keeping only the per-token
-// path is docs/perf/h200_next_per_tensor_two_read_s19.patch; it needs a re-tune of the cuda.w8a8_gemv entries.
+// the H200 under the W8A8 GEMV (session 19, 21 cells per M): 0.917-0.936x the route's time at M = 1, 4, 16. The
+// one-launch per-tensor kernel below keeps its second read (from L1: its CTA has just read all of x): a register-
+// held variant ran 1.03x / 1.01x slower at M = 1 / 4 (one or two CTAs, half of their threads idle, each with twice
+// the divisions) and 0.97x at M = 16 (docs/perf/h200_s19_2026-11-30.md).
 #ifndef FP8D_ACTQ_SINGLE_READ
 #define FP8D_ACTQ_SINGLE_READ 1
 #endif
@@ -185,11 +186,7 @@ __device__ __forceinline__ void fp8d_quantize_grid_share(float amax, const void*
 
 // Per tensor in one launch: every CTA reads ALL of x (16-byte loads where x is 16-byte aligned) and so
 // computes the SAME amax and scale without a second launch, a workspace or atomics (max is exact and
-// order-free, NaN-propagating); then each CTA quantizes its share and CTA 0 writes the scale.
-// Aligned x whose vectors fit FP8D_ACTQ_VECS a thread across the grid: CTA b's share is the vectors its threads
-// load in passes [b * S, (b + 1) * S) of the amax loop (S = passes per CTA), kept in registers, so x is read once
-// per CTA and the codes need no second read; the values after the last whole vector go through the scalar tail.
-// Otherwise each CTA quantizes its grid-stride share, reading x again.
+// order-free, NaN-propagating); then each CTA quantizes its grid-stride share and CTA 0 writes the scale.
 __device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict__ x, int x_kind,
                                                           uint8_t* __restrict__ codes, float* __restrict__ scale,
                                                           long long numel) {
@@ -201,39 +198,10 @@ __device__ __forceinline__ void fp8d_act_quant_tensor_all(const void* __restrict
     const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;
     const long long nvec = numel / per;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
-    const long long passes = (nvec + blockDim.x - 1) / blockDim.x;
-    const long long share = (passes + gridDim.x - 1) / gridDim.x;  // passes per CTA
-    if (FP8D_ACTQ_SINGLE_READ && share <= FP8D_ACTQ_VECS) {
-      const long long first = (long long)blockIdx.x * share;
-      uint4 mine[FP8D_ACTQ_VECS];
-#pragma unroll
-      for (int r = 0; r < FP8D_ACTQ_VECS; ++r) mine[r] = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 4
-      for (long long j = 0; j < passes; ++j) {
-        const long long i = j * blockDim.x + threadIdx.x;
-        const uint4 v = i < nvec ? fp8d_load128_keep(xv + i) : make_uint4(0u, 0u, 0u, 0u);
-        amax = fp8d_vec_absmax(v, x_kind, amax);
-#pragma unroll
-        for (int r = 0; r < FP8D_ACTQ_VECS; ++r)
-          if (j == first + r) mine[r] = v;
-      }
-      for (long long i = nvec * per + threadIdx.x; i < numel; i += blockDim.x)
-        amax = fp8d_nanmax(amax, fabsf(fp8d_load_as_f32(x, i, x_kind)));
-      amax = fp8d_block_max(amax, sm);
-      const float s = fp8d_act_scale(amax);
-      if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
-#pragma unroll
-      for (int r = 0; r < FP8D_ACTQ_VECS; ++r) {
-        const long long i = (first + r) * blockDim.x + threadIdx.x;
-        if (r < share && i < nvec) fp8d_quant_store_vec(mine[r], x_kind, codes, i, s);
-      }
-      if (blockIdx.x == gridDim.x - 1)  // the last values (fewer than a vector)
-        for (long long i = nvec * per + threadIdx.x; i < numel; i += blockDim.x)
-          fp8d_quant_store4(x, x_kind, codes, i, i + 1, s, false);
-      return;
+    for (long long i = threadIdx.x; i < nvec; i += blockDim.x) {
+      amax = fp8d_vec_absmax(fp8d_load128_keep(xv + i), x_kind, amax);
     }
-#pragma unroll 4
-    for (long long i = threadIdx.x; i < nvec; i += blockDim.x) amax = fp8d_vec_absmax(fp8d_load128_keep(xv + i), x_kind, amax);
     done = nvec * per;
   }
   for (long long i = done + threadIdx.x; i < numel; i += blockDim.x)

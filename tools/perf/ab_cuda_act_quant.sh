@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 19: the CUDA activation quantizer's single-read register paths (act_quant.cu, FP8D_ACTQ_SINGLE_READ), one
-# call (~7 min):   OUT=dir [RETUNE_IF=0.99] [GEMV_CONFIGS=4] bash tools/perf/ab_cuda_act_quant.sh
+# call (~7 min):   OUT=dir [RETUNE_IF=0.99] [GEMV_CONFIGS=4] [BENCH=0] bash tools/perf/ab_cuda_act_quant.sh
 # 1. the CUDA kernels' GPU tests (the quantizer's bit identity, misaligned x, the GEMVs, the programmatic chain);
 # 2. python -m tools.perf.ab_pdl --family cuda_act_quant: the CUDA W8A8 GEMV route with the quantizer compiled
 #    with and without the single-read paths, M = 1, 4, 16, the three W8A8 formats, 7 baseline shapes;
@@ -45,10 +45,10 @@ if python3 -c "import sys; sys.exit(0 if float('$geo') < float('${RETUNE_IF:-0.9
   python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "$W/t_decode_w8a8.yaml" --drop-stale \
     --out "$W/tables/nvidia_h200.yaml" 2>&1 | tail -3
   cp "$W/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null
-  timeout ${BENCH_TIMEOUT:-120} python3 -m tools.bench --what main --shapes baseline --m 1,4,16 \
+  [ "${BENCH:-1}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} python3 -m tools.bench --what main --shapes baseline --m 1,4,16 \
     --formats fp8_block,fp8_tensor,fp8_row:fp8 --no-candidates --tables "$W/tables" --budget-s 80 --out "$W/bench" \
     > "$W/bench.log" 2>&1
-  echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -A8 "^| target" "$W/bench.log" | head -8
+  [ "${BENCH:-1}" = 1 ] && echo "bench rc=$? $(( $(date +%s) - t0 )) s" && grep -A8 "^| target" "$W/bench.log" | head -8
 fi
 } 2>&1 | tee "$DEST/summary.txt"
 tar czf "$DEST/ab_cuda_act_quant.tgz" -C "$W" .
