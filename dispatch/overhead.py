@@ -10,10 +10,15 @@ between rounds, so CPU time is launch time. The target is overhead_us <= 2.
 
 `overhead_us` is the difference of two ~20 us launch-bound loops, so launch jitter of a few us shows up in
 it; `dispatch_only_us` (see `dispatch_only`) measures the dispatcher's work alone, with a stub kernel.
+
+Every number here is host CPU time, so a slower or busier host scales them all (session 19 and 20 saw the direct
+run take 33 us in one call and 58-67 us in another, same code). `host_ref_ns` (a fixed pure-Python workload, see
+`host_reference_ns`) and `loadavg_1m` come with each result so that two runs can be compared on equal terms.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -56,7 +61,27 @@ def host_overhead(qw: QWeight, m: int = 1, *, dtype: torch.dtype = torch.bfloat1
     sync()
     lu, du = statistics.median(lin), statistics.median(dir_)
     return {"linear_us": lu, "direct_us": du, "overhead_us": lu - du, "candidate": plan.decision.candidate_id,
-            "m": m, "device": str(dev), **dispatch_only(qw, x, b, iters=iters * 10, rounds=rounds)}
+            "m": m, "device": str(dev), **dispatch_only(qw, x, b, iters=iters * 10, rounds=rounds),
+            "host_ref_ns": host_reference_ns(), "loadavg_1m": os.getloadavg()[0]}
+
+
+def host_reference_ns(iters: int = 20000, rounds: int = 9) -> float:
+    """The host's speed on a fixed dispatcher-like workload (a call, a tuple key, a dict hit, an isinstance
+    check), in ns per iteration, median of `rounds`: the yardstick for host times measured on different machines
+    or in different calls. It touches no GPU and nothing of this package."""
+    table = {(i, "bf16", False): i for i in range(64)}
+
+    def step(i: int) -> int:
+        v = table.get((i & 63, "bf16", False))
+        return v if isinstance(v, int) else 0
+
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for i in range(iters):
+            step(i)
+        times.append((time.perf_counter() - t) / iters * 1e9)
+    return statistics.median(times)
 
 
 def _stub_run(x2d, qw, prepared, bias, out_dtype, config):
