@@ -16,8 +16,10 @@ def test_heuristic_alone_is_within_15_percent_on_most_measured_cells():
     assert r["cells"] == 120
     # 118 of 120 with the priors fitted to this run; a prior change that loses more than a few cells fails here.
     # 116 since session 16's M = 16 prior of the Triton W8A8 GEMM (fit to that session's faster code, which this
-    # run's older GEMM did not match at fp8_block / fp8_row 128256x4096 M = 16).
-    assert r["within"] >= 114, r["misses"]
+    # run's older GEMM did not match at fp8_block / fp8_row 128256x4096 M = 16), 115 after session 19. 99 since session
+    # 20's M = 16 priors of the CUDA W8A8 GEMV (fit to today's code): the 16 cells it lost are W8A8 at M = 16, where
+    # this run's Triton W8A8 GEMM (since rewritten) ran 1.3-4.9x slower than the GEMV and today's runs 1.0-1.4x faster.
+    assert r["within"] >= 97, r["misses"]
 
 
 CANDIDATES = REPO / "docs/perf/h200_candidates_2026-11-29_s3.json"
@@ -49,6 +51,9 @@ CANDIDATES_S19 = REPO / "docs/perf/h200_candidates_2026-11-30_s19.json"
 # Later in session 19 the CUDA quantizer read x once (per token, and per tensor in one launch) and every W8A8 cell at
 # M = 1, 4, 16 was re-tuned (72 cells, every candidate, one run): they replace those cells whole, last.
 DECODE_W8A8_S19 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s19.json"
+# Session 20 put the one-launch per-tensor CUDA quantizer back to two reads of x (per token keeps one) and re-tuned
+# the same 72 cells (every candidate, one run): they replace session 19's, last.
+DECODE_W8A8_S20 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s20.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -89,7 +94,7 @@ def _current_candidates() -> dict:
         # Older rows of these routes (older code) are replaced.
         cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[key(e)]) if key(e) in newer
                  else e for e in cells]
-    for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72)):
+    for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72)):
         newer = {key(e): e for e in json.loads(path.read_text())["main"]}
         assert sum(key(e) in newer for e in cells) == len(newer) == count, path
         cells = [newer.get(key(e), e) for e in cells]
@@ -123,7 +128,10 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     M = 1, 4, 16 was re-tuned (72 cells overlaid, with that re-tune's table): 277 and 270. The heuristic's 10 misses: 9
     W8A8 cells at M = 16 where it takes the CUDA GEMV (its prior is fit to its best configs of session 7; `_scaled_mm`
     or the Triton GEMM ran 1.16-1.37x faster there) and fp8_block 4096x4096 M = 256 (1.21x, as before); the table
-    holds every one of these keys.
+    holds every one of these keys. Session 20 (the one-launch per-tensor CUDA quantizer back to two reads; the 72
+    W8A8 decode cells re-tuned and overlaid): 276 and 269, then 279 and 279 with M = 16 priors of the CUDA W8A8 GEMV
+    fit to that re-tune (dispatch.heuristic.ROWS_16_PRIORS). The last miss of each: fp8_row/bf16 4096x4096 M = 1024
+    (the chain, 1.20x) and fp8_block/fp8 4096x4096 M = 256 (the heuristic, 1.21x).
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -134,8 +142,8 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
-    assert r["within"] >= 277, r["misses"]
-    assert evaluate(data)["within"] >= 270
+    assert r["within"] >= 279, r["misses"]
+    assert evaluate(data)["within"] >= 279
 
 
 UNTABLED_S11 = REPO / "docs/perf/h200_candidates_untabled_2026-11-30_s11.json"
