@@ -26,13 +26,21 @@ _flag_slab: list = [None, _FLAG_SLAB_BYTES]  # [pinned uint8 slab, next free byt
 _flag_lock = threading.Lock()
 
 
+def _new_flag_slab() -> torch.Tensor:
+    return torch.zeros(_FLAG_SLAB_BYTES, dtype=torch.uint8, pin_memory=True)
+
+
 def _pinned_flag() -> torch.Tensor:
     """One byte of pinned host memory for a fold flag, set to 0 (unfolded). Carved from a 4 KB slab: allocating pinned
     memory (cudaHostAlloc) can wait for the whole device, which the sync-debug mode does not report (session 18: the
-    fold test's busy stream drained at each first allocation), so one such allocation serves 4096 weights."""
-    with _flag_lock:
+    fold test's busy stream drained at each first allocation), so one such allocation serves 4096 weights.
+    The slab and its views are made outside inference mode even when the caller is in it: an inference tensor cannot
+    be written in place outside inference mode, and the slab outlives the call (a weight prepared under
+    `torch.inference_mode()`, the next one under `no_grad`, failed at its flag's copy; found by the GPU suite in
+    session 20, when the accuracy test had made the slab first in the same process)."""
+    with _flag_lock, torch.inference_mode(False):
         if _flag_slab[1] >= _FLAG_SLAB_BYTES:
-            _flag_slab[0], _flag_slab[1] = torch.zeros(_FLAG_SLAB_BYTES, dtype=torch.uint8, pin_memory=True), 0
+            _flag_slab[0], _flag_slab[1] = _new_flag_slab(), 0
         i = _flag_slab[1]
         _flag_slab[1] = i + 1
         return _flag_slab[0][i:i + 1]
