@@ -193,9 +193,10 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
 # The CUDA W8A8 GEMV (its quantizer included), fit to session 20's re-tune of every W8A8 decode key (`... fit_priors
 # docs/perf/h200_candidates_decode_w8a8_2026-11-30_s20.json --m 16`, 8 cells each, worst 12-16 % off). Its
 # MEASURED_PRIORS term (0.95 / 5.0 us, session 7's best configs at M = 1, 4) made it look faster than `_scaled_mm` and
-# the Triton GEMM at M = 16, where they ran 1.16-1.37x faster. Replays on session 20's data: the heuristic alone 269 ->
-# 279 of 280, fallback chain 276 -> 279, without CuPy 274 (unchanged); session 1's data 115 -> 99: its 16 lost cells
-# are W8A8 at M = 16 where session 1's Triton W8A8 GEMM (code since rewritten) ran 1.3-4.9x slower than the GEMV.
+# the Triton GEMM at M = 16 in 10 cells, where they ran 1.15-1.37x faster. Replays on session 20's data: the heuristic
+# alone 269 -> 279 of 280, fallback chain 276 -> 279, without CuPy 274 (unchanged); out of sample, the 4 untabled
+# shapes at M = 16 (measured after the fit): chain 9 -> 11 of 12, heuristic alone 8 -> 10. Session 1's data 115 -> 99:
+# its 16 lost cells are W8A8 at M = 16 where session 1's Triton W8A8 GEMM (since rewritten) ran 1.3-4.9x slower.
 ROWS_16_PRIORS: dict[tuple[str, Format], Prior] = {
     ("cuda.w8a8_gemv", Format.FP8_BLOCK): Prior(0.74, 0.30, False, 5.5),
     ("cuda.w8a8_gemv", Format.FP8_ROW): Prior(0.81, 0.30, False, 5.9),

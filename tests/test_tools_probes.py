@@ -153,6 +153,19 @@ def test_cells_from_journals_prefer_the_final_stage_and_the_latest_code():
     assert sorted((r["route"], r["us"]) for r in cell["rows"]) == [("t.gemm", 6.5), ("t.gemm", 9.0), ("t.gemv", 4.0)]
 
 
+def test_replay_skips_the_bf16_baseline_cells_autotune_journals_hold():
+    """An autotune journal times bf16 F.linear per problem and `--write-cells` keeps those rows as cells of format
+    "bf16" (session 20's 3000x1000 run): the replay leaves them out instead of failing on them."""
+    from tools.heuristic_eval import evaluate
+
+    cell = {"act": "fp8", "n": 3000, "k": 1000, "m": 1}
+    data = {"main": [dict(cell, format="bf16", act="bf16", rows=[{"route": "baseline.bf16_linear", "status": "ok",
+                                                                 "us": 4.5}]),
+                     dict(cell, format="fp8_row", rows=[{"route": "triton.w8a8_gemv", "status": "ok", "us": 9.9}])]}
+    r = evaluate(data)
+    assert r["cells"] == 1 and r["within"] == 1, r
+
+
 def test_ab_vs_bf16_reproduces_session_15s_issue3_decode_speedups():
     """docs/perf/h200_s15_2026-11-30.md quotes fp8_row/bf16 at M = 1 as 1.48x and 1.49x bf16 on 4096x4096 and 6144x4096
     (session 15's changed 1-row GEMV against session 11's bf16 times): tools.perf.ab_vs_bf16 derives them."""

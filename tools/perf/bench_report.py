@@ -114,7 +114,8 @@ def render(results: dict[str, Any], out: pathlib.Path) -> str:
     """Write report.md and speedup.png under `out`; return the short summary to print."""
     meta, ceil, main = results["meta"], results.get("ceilings") or {}, results["main"]
     head = (f"{meta['device']} ({meta['arch']}), torch {meta['torch']}, triton {meta['triton']}, runtime "
-            f"{meta['runtime']}, commit {meta['commit']}, sources {meta.get('sources', 'not recorded')}, "
+            f"{meta['runtime']}, commit {meta['commit']} (git where it ran), "
+            f"sources {meta.get('sources', 'not recorded')} (the code that ran), "
             f"{meta['date']}\ncommand: `{meta['command']}`\n"
             f"method: {meta['method']}\nceilings (same run): copy {_f(ceil.get('copy_gbps'))} GB/s, bf16 "
             f"{_f(ceil.get('bf16_tflops'))} TFLOP/s, fp8 per-tensor {_f(ceil.get('fp8_tflops'))} TFLOP/s, "

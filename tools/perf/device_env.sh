@@ -10,7 +10,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export FP8DISPATCH_CACHE_DIR=${FP8DISPATCH_CACHE_DIR:-/tmp/fp8dispatch-cache}
 fp8d_record_env() {
   {
-    date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+    date -u +"date: %Y-%m-%dT%H:%M:%SZ"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)  (the device copy's git: it can lag the working tree sent)"
     echo "sources: $(python3 -m tools.perf.source_digest)  (the code that ran: compare with tools.perf.source_digest on a checkout)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
     python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
