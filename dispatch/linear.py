@@ -5,6 +5,10 @@ kernel. Plans are keyed by (M bucket, x dtype, out dtype, bias?, force/deny poli
 the weight's device is fixed per QWeight. A miss builds the plan under a lock: detect the target, load the
 tables, `select(...)`, run the candidate's load-time `prepare(qw)` once per candidate and weight.
 
+Gradients: where x or the bias requires grad under grad mode, the call goes through the custom op, whose backward
+gives dx = dy @ dequantized W (straight through the activation quantization of the W8A8 formats) and dbias; the
+weight is frozen. Under no_grad / inference_mode (an engine) that branch is one flag test.
+
 Inputs: x [..., K] with any leading dims (M = prod of them, M = 0 gives an empty [..., N]); non-contiguous
 x is copied to a contiguous [M, K] (reshape). bf16 and fp16 are the kernel dtypes. fp32 x is accepted and
 handed to the candidates as fp32: those that declare fp32 support run it (torch._scaled_mm quantizes it
@@ -103,9 +107,18 @@ def _prepared(qw: QWeight, cand: Candidate) -> Any:
 def linear(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """y[..., N] = x[..., K] @ W.T (+ bias) with the weight's format semantics (see dispatch.reference)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or (
+            (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled()):
+        # the custom op: an opaque node for torch.compile, and the autograd formula (dispatch.ops) when x or the
+        # bias needs a gradient (_wants_grad, inlined: this is the hot path)
         return linear_op(x, qw.qdata, qw.scale, qw.format.value, qw.act.value, bias, out_dtype)
     return _linear(x, qw, bias, out_dtype)
+
+
+def _wants_grad(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether autograd must record this call: flags only, never values (graph-safe). The kernels' outputs carry
+    no grad_fn, so such a call goes through the custom op, whose backward gives dx (and dbias)."""
+    return (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled()
 
 
 class _Plans(dict):

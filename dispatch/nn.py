@@ -25,7 +25,8 @@ def _code(fmt: Format, act: Act) -> torch.Tensor:
 
 
 class FP8Linear(nn.Module):
-    """y = dispatch.linear(x, qweight, bias). Drop-in for nn.Linear at inference."""
+    """y = dispatch.linear(x, qweight, bias). Drop-in for nn.Linear at inference; x gets gradients (the weight is
+    frozen), see dispatch.linear."""
 
     def __init__(self, qweight: QWeight, bias: torch.Tensor | None = None):
         super().__init__()
@@ -102,13 +103,13 @@ class FP8Linear(nn.Module):
 
     # --- the call ------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():
+        from .linear import _linear, _wants_grad
+
+        if torch.compiler.is_compiling() or _wants_grad(x, self.bias):  # see dispatch.linear
             from .ops import linear_op
 
             qw = self._qw
             return linear_op(x, self.qdata, qw.scale, qw.format.value, qw.act.value, self.bias, None)
-        from .linear import _linear
-
         return _linear(x, self._qw, self.bias, None)
 
     def extra_repr(self) -> str:

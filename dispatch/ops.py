@@ -4,7 +4,7 @@ with a fake (meta) implementation instead of tracing into the dispatcher.
 The op receives the weight's tensors, not the QWeight. Its eager implementation finds the QWeight (and with
 it the per-weight plan cache) through a registry keyed by the tensors' storage pointers, filled by
 `dispatch.linear` and `FP8Linear`; a weight seen only through the op is rebuilt once (validated) and kept in
-a bounded cache.
+a bounded cache. The op also carries the autograd formula of `dispatch.linear` (see `_backward`).
 """
 
 from __future__ import annotations
@@ -66,3 +66,33 @@ def linear_op(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, fmt: st
 @linear_op.register_fake
 def _linear_fake(x, qdata, scale, fmt, act, bias, out_dtype):
     return x.new_empty((*x.shape[:-1], qdata.shape[0]), dtype=out_dtype or x.dtype)
+
+
+# Gradients, for calls where x (or the bias) requires grad under grad mode: `dispatch.linear` and `FP8Linear` route
+# those through this op (eager and compiled alike). The weight is frozen (fp8 codes carry no gradient). dx = dy @ W
+# with W dequantized exactly as the reference does (code * scale in fp32, rounded once to dy's dtype): for the W8A8
+# formats the activation quantization is passed straight through (its rounding has no useful derivative; the usual
+# straight-through estimator of FP8 training). The transient is W in dy's dtype ([N, K], freed after the call).
+def _setup_context(ctx, inputs, output):
+    x, qdata, scale, fmt, act, bias, out_dtype = inputs
+    ctx.save_for_backward(qdata, scale)
+    ctx.fmt, ctx.act, ctx.x_shape, ctx.x_dtype = fmt, act, x.shape, x.dtype
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx, dy):
+    from .torch_candidates import dequantize_to
+
+    qdata, scale = ctx.saved_tensors
+    dy2 = dy.reshape(-1, qdata.shape[0])
+    dx = dbias = None
+    if ctx.needs_input_grad[0]:
+        gdtype = dy.dtype if dy.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+        w = dequantize_to(QWeight(ctx.fmt, ctx.act, qdata, scale), gdtype)  # metadata checks only: traceable
+        dx = (dy2.to(gdtype) @ w).to(ctx.x_dtype).reshape(ctx.x_shape)
+    if ctx.needs_input_grad[5]:
+        dbias = dy2.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+    return dx, None, None, None, None, dbias, None
+
+
+linear_op.register_autograd(_backward, setup_context=_setup_context)

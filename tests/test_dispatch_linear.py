@@ -281,3 +281,75 @@ def test_torch_compile_fullgraph_inductor_cpu_every_format():
     for m in (1, 16, 100):
         x = torch.randn(m, 640, generator=g).to(torch.bfloat16)
         torch.testing.assert_close(cf(x), f(x), rtol=1e-5, atol=1e-5)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.parametrize("fa", PAIRS, ids=lambda p: f"{p[0].value}-{p[1].value}")
+def test_gradients_reach_x_and_the_bias(weights, fa):
+    """x (and the bias) requiring grad under grad mode: the kernels' outputs carry no grad_fn, so the call goes
+    through the custom op's autograd formula. The forward is the same call's; dx = dy @ dequantize(W) (straight
+    through the W8A8 activation quantization), dbias = dy summed over tokens; the weight is frozen."""
+    qw = weights[fa]
+    x = torch.randn(2, 3, K, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(N, dtype=torch.bfloat16, requires_grad=True)
+    y = dispatch.linear(x, qw, b)
+    assert y.requires_grad and y.grad_fn is not None
+    assert torch.equal(y.detach(), dispatch.linear(x.detach(), qw, b.detach()))
+    g = torch.randn(y.shape)
+    (y.float() * g).sum().backward()
+    dy = g.to(torch.bfloat16).float().reshape(-1, N)  # what reaches the op: y's gradient in y's dtype
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
+    assert _rel(x.grad, (dy @ dispatch.dequantize(qw).float()).reshape(x.shape)) < 1e-2
+    assert _rel(b.grad, dy.sum(0)) < 1e-2
+
+
+def test_no_gradient_bookkeeping_under_no_grad_or_inference_mode(weights, monkeypatch):
+    """An engine's calls (no_grad / inference_mode) take the plain path even for an x that requires grad: the
+    custom op (and its autograd context) is not entered."""
+    lin = importlib.import_module("dispatch.linear")  # dispatch.linear is the function
+    qw = weights[(Format.FP8_ROW, Act.BF16)]
+    x = torch.randn(4, K, dtype=torch.bfloat16, requires_grad=True)
+    monkeypatch.setattr(lin, "linear_op", lambda *a: (_ for _ in ()).throw(AssertionError("op entered")))
+    with torch.no_grad():
+        assert not dispatch.linear(x, qw).requires_grad
+    with torch.inference_mode():
+        assert not dispatch.linear(x.detach(), qw).requires_grad
+    assert not dispatch.linear(x.detach(), qw).requires_grad
+
+
+def test_fp8linear_passes_gradients_to_the_layers_before_it(weights):
+    """A frozen FP8Linear between trainable layers (adapter training over an fp8 base): the layer before it gets
+    the gradient it would get through nn.Linear with the dequantized weight."""
+    torch.manual_seed(1)
+    qw = weights[(Format.FP8_BLOCK, Act.FP8)]
+    before = torch.nn.Linear(K, K, dtype=torch.bfloat16)
+    fp8 = dispatch.FP8Linear(qw)
+    x = torch.randn(5, K, dtype=torch.bfloat16)
+    fp8(before(x)).float().square().sum().backward()
+    got = before.weight.grad.clone()
+    before.weight.grad = None
+    dense = dispatch.dequantize(qw).to(torch.bfloat16)
+    h = before(x)
+    y = fp8(h.detach())  # the same forward values, then the dense layer's backward
+    h.backward(((2 * y.float()).to(torch.bfloat16) @ dense))
+    assert _rel(got, before.weight.grad) < 1e-2
+
+
+@pytest.mark.skipif(os.environ.get("FP8DISPATCH_SKIP_COMPILE") == "1", reason="compile disabled")
+def test_torch_compile_fullgraph_backward_cpu(weights):
+    """The autograd formula traces: a compiled (aot_eager, fullgraph) function's x.grad equals the eager one's."""
+    torch._dynamo.reset()
+    qw = weights[(Format.MXFP8, Act.BF16)]
+
+    def f(x):
+        return dispatch.linear(x, qw).float().square().sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x1 = torch.randn(3, K, dtype=torch.bfloat16, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    f(x1).backward()
+    cf(x2).backward()
+    torch.testing.assert_close(x2.grad, x1.grad)
