@@ -299,3 +299,23 @@ def test_every_route_serves_a_gpu_other_than_the_current_one(fa):
                 torch.cuda.synchronize(dev)
                 assert y.device == dev and _rel(y, ref) < 1.5e-2, (c.id, fa, n, k, m)
     assert torch.cuda.current_device() == 0
+
+
+@pytest.mark.parametrize("fa", PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.mark.parametrize("m", [1, 16, 300])
+def test_gradients_through_the_gpu_kernels(fa, m):
+    """x requiring grad under grad mode on the GPU: the forward is the kernels' (the same values as without grad),
+    the backward the custom op's formula, dx = dy @ dequantize(W) and dbias (session 20; written without a GPU:
+    its first run is the next GPU suite's)."""
+    qw = _weight(4096, 4096, *fa)
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = dispatch.linear(x, qw, b)
+    assert y.grad_fn is not None
+    assert torch.equal(y.detach(), dispatch.linear(x.detach(), qw, b.detach()))
+    g = torch.randn(y.shape, device="cuda")
+    (y.float() * g).sum().backward()
+    dy = g.to(torch.bfloat16).float()
+    ref = dy @ dispatch.dequantize(qw).float()
+    assert float((x.grad.float() - ref).norm() / ref.norm()) < 1e-2
+    assert float((b.grad.float() - dy.sum(0)).norm() / dy.sum(0).norm()) < 1e-2
