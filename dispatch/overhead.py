@@ -93,13 +93,18 @@ def dispatch_only(qw: QWeight, x: torch.Tensor, bias: torch.Tensor | None = None
     """The dispatcher's own host cost, isolated: `linear` with the plan's kernel replaced by a stub that
     returns at once, minus the same stub called directly. No kernel is launched, so the GPU queue and the
     launch-time jitter (each a few us, larger than what is measured) do not enter; what remains is exactly
-    the work `linear` adds on top of a kernel launch. The weight's plan for x's key is restored after."""
+    the work `linear` adds on top of a kernel launch. The weight's plan for x's key is restored after.
+    `fp8linear_only_us`: the same for a call of an `FP8Linear` holding the weight (what a model's layer pays,
+    nn.Module.__call__ included)."""
+    from .nn import FP8Linear
+
     _linear(x, qw, bias, None)
+    module = FP8Linear(qw, bias)
     plans = qw._cache[PLANS_KEY]
     bucket = fast_bucket(x.numel() // qw.in_features)
     keys = [k for k in plans if k[:4] == (bucket, x.dtype, x.dtype, bias is not None)]
     saved = {k: plans[k] for k in keys}
-    stub, dt = [], []
+    stub, dt, mod = [], [], []
     try:
         for k in keys:
             plans[k] = plans[k]._replace(run=_stub_run)
@@ -113,17 +118,23 @@ def dispatch_only(qw: QWeight, x: torch.Tensor, bias: torch.Tensor | None = None
             for _ in range(iters):
                 linear(x, qw, bias, None)
 
+        def via_module() -> None:
+            for _ in range(iters):
+                module(x)
+
         direct()
         via()
+        via_module()
         for _ in range(rounds):
-            for fn, out in ((direct, dt), (via, stub)):
+            for fn, out in ((direct, dt), (via, stub), (via_module, mod)):
                 t = time.perf_counter()
                 fn()
                 out.append((time.perf_counter() - t) / iters * 1e6)
     finally:
         plans.update(saved)
     su, du = statistics.median(stub), statistics.median(dt)
-    return {"dispatch_only_us": su - du, "dispatch_only_iqr_us": _iqr(stub)}
+    return {"dispatch_only_us": su - du, "dispatch_only_iqr_us": _iqr(stub),
+            "fp8linear_only_us": statistics.median(mod) - du}
 
 
 def _iqr(v: list[float]) -> float:

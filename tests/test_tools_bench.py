@@ -76,6 +76,7 @@ def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):
     assert res["overhead"][0]["status"] == "ok" and "overhead_us" in res["overhead"][0]
     assert 0 < res["overhead"][0]["dispatch_only_us"] < 1000, res["overhead"][0]
     assert 1 < res["overhead"][0]["host_ref_ns"] < 1e5 and res["overhead"][0]["loadavg_1m"] >= 0
+    assert 0 < res["overhead"][0]["fp8linear_only_us"] < 1000
     assert "host ref ns" in (tmp_path / "report.md").read_text()
     u = res["untabled"][0]
     assert u["fallback"]["status"] == "ok" and u["tuned"].get("candidate")
