@@ -31,6 +31,7 @@ class Explanation:
     decision: Decision
     tables: TableSet
     unvalidated: frozenset[str]  # candidate ids whose backend has not run on hardware
+    notes: tuple[str, ...] = ()  # what the user can do about a slow shape (see `_notes`)
 
     @property
     def candidate_id(self) -> str:
@@ -63,6 +64,7 @@ class Explanation:
         if d.skipped_entries:
             lines.append("table entries skipped:")
             lines += [f"  - {s}" for s in d.skipped_entries]
+        lines += [f"note:    {n}" for n in self.notes]
         tiers = ", ".join(f"{tr.name}:{tr.table.path}" for tr in self.tables.tiers) or "none"
         lines.append(f"tables:  {tiers}")
         for path, why in self.tables.skipped:
@@ -91,4 +93,14 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
     decision = select(problem, target, tables, cands, current_policy(),
                       unavailable=registry.unavailable_backends())
     unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c, target))
-    return Explanation(m, problem, target, decision, tables, unvalidated)
+    return Explanation(m, problem, target, decision, tables, unvalidated, _notes(problem, target))
+
+
+def _notes(problem: Problem, target: Target) -> tuple[str, ...]:
+    if target.is_cpu or problem.k % 16 == 0:
+        return ()
+    k16 = -(-problem.k // 16) * 16
+    return (f"K = {problem.k} is not a multiple of 16: the CUDA GEMVs and torch._scaled_mm cannot serve it and the "
+            "Triton kernels run without 16-byte loads (on the H200 every fp8 path ran 1.3-3.6x slower than bf16 on "
+            f"3000x1000: docs/perf/h200_s20_2026-11-30.md). Zero weight columns up to K = {k16} (quantize the padded "
+            "weight) and zero activation columns give the same result, and the aligned kernels can serve it.",)

@@ -353,3 +353,24 @@ def test_torch_compile_fullgraph_backward_cpu(weights):
     f(x1).backward()
     cf(x2).backward()
     torch.testing.assert_close(x2.grad, x1.grad)
+
+
+def test_explain_notes_a_k_that_is_not_a_multiple_of_16():
+    """On a GPU target, a K that no aligned kernel serves is named with what to do about it (measured slow on the
+    H200); a CPU target or an aligned K gets no note. The padding it proposes is exact: zero columns change no
+    group's amax, so the codes and scales of the real columns, and the output, are the same."""
+    from dispatch.target import Target
+
+    w = torch.randn(64, 1000)
+    qw = dispatch.quantize(w, "fp8_block")
+    text = str(dispatch.explain(4, qw, target=Target.simulated_for("sm_90")))
+    assert "K = 1000 is not a multiple of 16" in text and "K = 1008" in text
+    assert "note:" not in str(dispatch.explain(4, qw, target=Target.simulated_for("cpu")))
+    assert "note:" not in str(dispatch.explain(4, dispatch.quantize(torch.randn(64, 1008), "fp8_block"),
+                                               target=Target.simulated_for("sm_90")))
+    for fmt in ("fp8_block", "fp8_tensor", "fp8_row", "mxfp8"):
+        qp = dispatch.quantize(torch.nn.functional.pad(w, (0, 8)), fmt)
+        qw = dispatch.quantize(w, fmt)
+        x = torch.randn(3, 1000, dtype=torch.bfloat16)
+        torch.testing.assert_close(dispatch.reference.linear(torch.nn.functional.pad(x, (0, 8)), qp),
+                                   dispatch.reference.linear(x, qw), rtol=0, atol=0)
