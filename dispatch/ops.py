@@ -70,9 +70,10 @@ def _linear_fake(x, qdata, scale, fmt, act, bias, out_dtype):
 
 # Gradients, for calls where x (or the bias) requires grad under grad mode: `dispatch.linear` and `FP8Linear` route
 # those through this op (eager and compiled alike). The weight is frozen (fp8 codes carry no gradient). dx = dy @ W
-# with W dequantized exactly as the reference does (code * scale in fp32, rounded once to dy's dtype): for the W8A8
-# formats the activation quantization is passed straight through (its rounding has no useful derivative; the usual
-# straight-through estimator of FP8 training). The transient is W in dy's dtype ([N, K], freed after the call).
+# with W dequantized as the reference does (code * scale in fp32, rounded once: to bf16 for a bf16 or fp16 dy, whose
+# range holds any scale, where fp16's does not; to fp32 for an fp32 dy): for the W8A8 formats the activation
+# quantization is passed straight through (its rounding has no useful derivative; the usual straight-through
+# estimator of FP8 training). The transient is that W ([N, K], 2 or 4 bytes a weight, freed after the call).
 def _setup_context(ctx, inputs, output):
     x, qdata, scale, fmt, act, bias, out_dtype = inputs
     ctx.save_for_backward(qdata, scale)
@@ -87,7 +88,7 @@ def _backward(ctx, dy):
     dy2 = dy.reshape(-1, qdata.shape[0])
     dx = dbias = None
     if ctx.needs_input_grad[0]:
-        gdtype = dy.dtype if dy.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+        gdtype = torch.float32 if dy.dtype == torch.float32 else torch.bfloat16
         w = dequantize_to(QWeight(ctx.fmt, ctx.act, qdata, scale), gdtype)  # metadata checks only: traceable
         dx = (dy2.to(gdtype) @ w).to(ctx.x_dtype).reshape(ctx.x_shape)
     if ctx.needs_input_grad[5]:
