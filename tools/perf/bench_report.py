@@ -153,14 +153,14 @@ def render(results: dict[str, Any], out: pathlib.Path) -> str:
         o0 = results["overhead"][0]
         short.append(f"\nHost overhead, M=1 {o0['n']}x{o0['k']} (CPU time per call; target <= 2 us). 'overhead' is "
                      "linear minus the direct run (both launch a kernel: launch jitter enters); 'dispatch only' is "
-                     "the same with the kernel replaced by a stub (the dispatcher's own work, no launch), 'FP8Linear only' "
-                     "through an FP8Linear module; 'host ref' is a fixed pure-Python workload (dispatch.overhead.host_reference_ns), the host's speed in this run:\n\n" + md_table(
+                     "the same with the kernel replaced by a stub (the dispatcher's own work, no launch), "
+                     "'FP8Linear only' through an FP8Linear module; 'host ref' is a fixed pure-Python workload "
+                     "(dispatch.overhead.host_reference_ns), the host's speed in this run:\n\n" + md_table(
             ["format/act", "candidate", "dispatch.linear us", "direct run us", "overhead us", "dispatch only us",
              "FP8Linear only us", "host ref ns", "load 1m", "status"],
             [[f"{o['format']}/{o['act']}", o.get("candidate", ""), _f(o.get("linear_us")), _f(o.get("direct_us")),
               _f(o.get("overhead_us")), _f(o.get("dispatch_only_us")), _f(o.get("fp8linear_only_us")),
-              _f(o.get("host_ref_ns")),
-              _f(o.get("loadavg_1m")),
+              _f(o.get("host_ref_ns")), _f(o.get("loadavg_1m")),
               o.get("status") if o.get("status") == "ok" else o.get("error", "")[:100]]
              for o in results["overhead"]]))
     if results.get("errors"):
