@@ -102,6 +102,7 @@ def _notes(problem: Problem, target: Target) -> tuple[str, ...]:
     k16 = -(-problem.k // 16) * 16
     return (f"K = {problem.k} is not a multiple of 16: the CUDA and HIP kernels and torch._scaled_mm cannot serve "
             "it and the Triton kernels run without 16-byte loads (on the H200 every fp8 path ran 1.3-3.6x slower "
-            f"than bf16 on 3000x1000: docs/perf/h200_s20_2026-11-30.md). Zero weight columns up to K = {k16} "
-            "(quantize the padded weight) and zero activation columns give the same result, and the aligned kernels "
-            "can serve it.",)
+            f"than bf16 on 3000x1000: docs/perf/h200_s20_2026-11-30.md). Zero columns up to K = {k16} give the "
+            "same result: candidate pad.k16 does that per call (a padded weight copy made once, one pad launch "
+            "for x) and dispatches the aligned problem; quantizing a padded weight yourself (and padding x) saves "
+            "the copy.",)

@@ -101,6 +101,12 @@ _GEMM_SHAPE = dict(tile_m=64, unaligned_k_slowdown=5.0)
 MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     **{("cuda.w8a16_gemv", f): Prior(0.95, 0.30, False, 4.5) for f in Format},
     **{("cuda.w8a8_gemv", f): Prior(0.95, 0.30, False, 5.0) for f in Format},
+    # The one-launch W8A8 GEMV at 2..8 tokens, fit to its first measurement (`python -m tools.perf.fit_priors
+    # docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json --m 4`, 7 cells each, worst 13-18 % off): every
+    # CTA quantizes all of x, so it slows with M and with the number of CTA waves (1.3-2.8x the two-launch route).
+    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.34, 0.30, False, 4.9),
+    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.39, 0.30, False, 5.1),
+    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.43, 0.30, False, 5.2),
     # The Triton GEMVs, refit in session 11 to their re-measurement (h200_triton_gemv_summary_2026-11-30_s11.json:
     # best config per cell, 8 shapes x M = 1, 4, 16; us = bytes / (4275 GB/s x bw_eff) + fixed_us, least squares per
     # format: `python -m tools.perf.fit_priors` on that file prints these values, mxfp8 0.50 for the 0.48 kept; worst
@@ -169,6 +175,12 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     ("cuda.w8a8_gemv", Format.FP8_TENSOR): Prior(1.01, 0.30, False, 5.1),
     ("cuda.w8a8_gemv", Format.FP8_ROW): Prior(1.00, 0.30, False, 4.5),
     ("cuda.w8a8_gemv", Format.FP8_BLOCK): Prior(0.94, 0.30, False, 3.6),  # 8 %
+    # the one-launch W8A8 GEMV, fit to its first measurement (session 21, `... --m 1` on the file named in
+    # MEASURED_PRIORS, 8 cells each, worst 28 % off: it wins on one-wave grids, 4096 rows, and loses 1.15-1.36x on
+    # larger ones, which a bandwidth term cannot tell apart; the fit keeps it out of untabled picks)
+    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.85, 0.30, False, 4.8),
+    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.79, 0.30, False, 4.7),
+    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.73, 0.30, False, 4.7),
     ("triton.w8a16_gemv", Format.FP8_TENSOR): Prior(0.99, 0.30, False, 4.8),  # as fp8_row (same main loop)
     ("triton.w8a16_gemv", Format.FP8_ROW): Prior(0.99, 0.30, False, 4.8),  # worst cell 4 % off
     ("triton.w8a16_gemv", Format.MXFP8): Prior(0.80, 0.30, False, 7.0),  # 12 %
@@ -242,7 +254,11 @@ def call_bytes(problem: Problem) -> int:
 
 
 def estimate_us(candidate: Candidate, problem: Problem, target: Target) -> float:
-    """Estimated microseconds of one call of `candidate` on `problem`, `target`."""
+    """Estimated microseconds of one call of `candidate` on `problem`, `target`. A candidate with its own
+    `estimate_us(problem, target)` (a route over other candidates: dispatch.pad_k) answers itself."""
+    own = getattr(candidate, "estimate_us", None)
+    if callable(own):
+        return own(problem, target)
     spec = target.spec
     pr = prior_of(candidate, problem, target)
     nbytes = call_bytes(problem)

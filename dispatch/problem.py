@@ -126,6 +126,9 @@ class Candidate(abc.ABC):
     # for a candidate whose default is a rule of the shape itself (fitted to measurements), where a config
     # tuned for another N or K is worse (select._config_for).
     borrows_configs: ClassVar[bool] = True
+    # Whether the fallback chain may lend this candidate's tuned entries to untabled shapes nearby (select's nearest
+    # step). False for a kernel whose wins are narrow in shape: its entry at one key says nothing of the next.
+    lent_to_nearby_shapes: ClassVar[bool] = True
 
     def available(self) -> Support:
         """Whether the backend can run in this process at all (toolkit importable, etc.)."""

@@ -22,6 +22,7 @@ BACKEND_MODULES: dict[str, str] = {
     "hip": "kernels_hip.candidates",
     "triton": "kernels_triton.candidates",
     "torch": "dispatch.torch_candidates",
+    "pad": "dispatch.pad_k",  # K % 16 != 0 on GPUs: pads and dispatches again (its inner plan picks a backend above)
 }
 
 _REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -216,6 +216,10 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
     near.sort(key=lambda t: t[:3])
     for d, _, _, tier, idx, e in near:
         cand = usable(tier, idx, e)
+        if cand is not None and not cand.lent_to_nearby_shapes:
+            skipped.append(f"{_entry_ref(tier, idx, e)} (nearest, distance {d:.2f}): {cand.id} entries are not lent "
+                           "to other shapes")
+            continue
         if cand is not None:
             cfg = _config_for(cand, e, tier, idx, problem, target, exact=False)
             tuned_at = Problem(problem.fmt, problem.act, e.m_bucket, e.n, e.k, problem.x_dtype, problem.out_dtype)

@@ -86,6 +86,10 @@ def variants() -> list[Variant]:
     v += [_gemv8("group", Format.FP8_BLOCK, 4, 32), _gemv8("token", Format.FP8_ROW, 4, 32),
           _gemv8("group", Format.FP8_BLOCK, 1, 1, mt=2), _gemv8("group", Format.FP8_BLOCK, 2, 16),
           _gemv8("tensor", Format.FP8_TENSOR, 2, 16, mt=2)]
+    # the one-launch W8A8 GEMV (one token tile): its prologue quantizes x (F2FP encode on sm_89+) with the ring live
+    v += [_gemv8_fq(s, f, 1) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
+                                          ("group", Format.FP8_BLOCK))]
+    v += [_gemv8_fq("group", Format.FP8_BLOCK, 2)]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):
@@ -99,6 +103,17 @@ def variants() -> list[Variant]:
         v.append(Variant(f"scale_cols[{s}]", name, d, Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.dequant_cublas",
                          False))
     return v
+
+
+def _gemv8_fq(scheme: str, fmt: Format, mt: int) -> Variant:
+    from ._w8a8_fused import fused_module  # noqa: PLC0415
+    from .configs import GemvConfig, deepest_ring  # noqa: PLC0415
+
+    u = deepest_ring(1, mt)
+    g = {"tensor": 0, "token": 1, "group": 2}[scheme]
+    name, _, d = fused_module(g, 1, GemvConfig(8, mt, u))
+    return Variant(f"w8a8_gemv_fq[{scheme},M<=8,mt={mt},u={u}]", name, d, Problem(fmt, Act.FP8, 1, 4096, 4096),
+                   "cuda.w8a8_gemv_fq", True)
 
 
 @functools.lru_cache(maxsize=1)

@@ -204,7 +204,7 @@ def test_import_touches_nothing_and_reports_unavailable_without_gpu():
     from kernels_cuda import candidates
 
     cands = candidates.candidates()
-    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.dequant_cublas"}
+    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.w8a8_gemv_fq", "cuda.dequant_cublas"}
     if not torch.cuda.is_available():
         s = cands[0].available()
         assert not s and s.reason
@@ -650,8 +650,13 @@ def test_gemv_sources_share_one_driver():
 
     for name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
         src = (compiler.CSRC / name).read_text()
+        # the one-launch W8A8 variant (FP8D_CFG_FQ): its prologue quantizes x with barriers, then the same driver runs
+        src, _, fq = src.partition('#else\n#include "act_quant_common.cuh"')
         assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in src
         assert "__syncthreads" not in src and "fp8d_red" not in src and "fp8d_load128(" not in src
+        if fq:
+            assert "fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);" in fq
+            assert "fp8d_red[(" not in fq and "fp8d_load128(" not in fq and "for (int s0" not in fq
 
 
 def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
@@ -722,3 +727,33 @@ def test_three_ctas_at_ring_1_matches_ptxas(arch):
             assert regs <= 80, (arch, act, fmt, regs)
         elif arch == "sm_90":
             assert regs > 80, (arch, act, fmt, regs)
+
+
+def test_one_launch_w8a8_support_rules_and_shared_memory():
+    """cuda.w8a8_gemv_fq serves one token tile whose codes fit 48 KB of shared memory; its configs are the GEMV's that
+    fit; the size it asks for is the driver's layout + the scale slots (16-byte aligned) + M rows of codes, with a row
+    pitch = 64 mod 128 when two tokens share a load phase (conflict-free 16-byte reads)."""
+    from dispatch.formats import ActGranularity
+    from kernels_cuda import _w8a8_fused as fq
+    from kernels_cuda.candidates import CudaW8A8GemvFused
+    from kernels_cuda.configs import GemvConfig
+
+    t, c = Target.simulated_for("sm_90"), CudaW8A8GemvFused()
+    assert c.supports(Problem(Format.FP8_BLOCK, Act.FP8, 1, 4096, 14336), t)
+    assert c.supports(Problem(Format.FP8_ROW, Act.FP8, 8, 4096, 4096), t)
+    assert "1 <= M <= 8" in c.supports(Problem(Format.FP8_ROW, Act.FP8, 9, 4096, 4096), t).reason
+    assert "shared memory" in c.supports(Problem(Format.FP8_TENSOR, Act.FP8, 4, 4096, 14336), t).reason
+    assert "multiple of 16" in c.supports(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 1000), t).reason
+    assert (Format.FP8_ROW, Act.BF16) not in c.serves
+    for m, k in [(1, 4096), (4, 4096), (8, 2560), (3, 1040)]:
+        p = Problem(Format.FP8_BLOCK, Act.FP8, m, 4096, k)
+        cfgs = c.configs(p, t)
+        assert cfgs and all(fq.unsupported_reason(m, k, ActGranularity.PER_TOKEN_GROUP_128, g) is None for g in cfgs)
+        assert c.default_config(p, t) in cfgs
+        pitch = fq.code_pitch(m, k)
+        assert pitch % 16 == 0 and pitch >= k and (m == 1 or pitch % 128 == 64)
+    cfg = GemvConfig(8, 1, 4)
+    for g, slots in [(ActGranularity.PER_TENSOR, 1), (ActGranularity.PER_TOKEN, 3),
+                     (ActGranularity.PER_TOKEN_GROUP_128, 3 * 9)]:
+        assert fq.scale_slots(3, 1040, g) == slots
+        assert fq.smem_bytes(3, 1040, g, cfg) == cfg.smem_bytes(3) + 4 * (-(-slots // 4) * 4) + 3 * fq.code_pitch(3, 1040)

@@ -509,3 +509,85 @@ def test_programmatic_launch_chain_is_exact(launch, monkeypatch):
                 assert torch.equal(a, b), f"graph output {i} differs with programmatic dependent launches"
     finally:
         _set_pdl(launch, monkeypatch, None)
+
+
+# --- the one-launch W8A8 GEMV (kernels_cuda/_w8a8_fused.py) ----------------------------------------------------
+def _fused():
+    from kernels_cuda import _w8a8_fused
+
+    return _w8a8_fused
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_one_launch_w8a8_equals_the_two_launch_route_bit_for_bit(launch, fmt, path):
+    """Each CTA quantizes x itself, with the quantizer's device functions: y must be the two-launch route's to the bit
+    (NaN where it has NaN), for every x dtype, M = 1..8, partial row tiles, K % 128 != 0, K < 128, with a bias. The
+    reference check makes the comparison independent of the route it copies."""
+    fq = _fused()
+    kw = PATHS[path]
+    for (n, k), seed in zip(SHAPES, itertools.count(60)):
+        qw = dispatch.quantize(_weight(n, k, seed), fmt, act="fp8")
+        bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+        for m, dtype in [(1, torch.bfloat16), (2, torch.float16), (3, torch.float32), (5, torch.bfloat16),
+                         (8, torch.bfloat16), (8, torch.float32)]:
+            x = _x(m, k, dtype, seed + m)
+            for b in (None, bias):
+                y1 = fq.w8a8_gemv_fq(x, qw, b, torch.float32, **kw)
+                y2 = launch.w8a8_gemv(x, qw, b, torch.float32, **kw)
+                assert _same_bits(y1, y2), f"{fmt} {path} [{m}, {k}] x {dtype} bias={b is not None}"
+            _check_close(fq.w8a8_gemv_fq(x, qw, bias, torch.bfloat16, **kw), x, qw, bias)
+
+
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_one_launch_w8a8_special_values_and_every_config(launch, fmt):
+    """Zero tokens (floor scale), saturating values, e4m3 rounding ties, NaN and Inf in x: the codes the CTAs make
+    must be the quantizer's, under every config the candidate offers at M = 1, 6 and 8."""
+    from dispatch.target import detect
+    from dispatch.problem import Problem
+    from kernels_cuda.candidates import CudaW8A8GemvFused
+
+    fq, cand = _fused(), CudaW8A8GemvFused()
+    for m, n, k in [(1, 4096, 4096), (6, 1000, 2560), (8, 300, 1040)]:
+        qw = dispatch.quantize(_weight(n, k, m), fmt, act="fp8")
+        x = _special_x(m, k, torch.bfloat16)
+        cfgs = cand.configs(Problem(fmt, Act.FP8, m, n, k), detect("cuda"))
+        assert cfgs
+        for cfg in cfgs:
+            y1 = fq.w8a8_gemv_fq(x, qw, None, torch.float32, cfg)
+            y2 = launch.w8a8_gemv(x, qw, None, torch.float32, cfg)
+            assert _same_bits(y1, y2), f"{fmt} [{m}, {n}, {k}] {cfg}"
+        if m >= 5:  # NaN reached the output where the quantizer's scale made it (per tensor: everywhere)
+            assert torch.isnan(y1[3]).all()
+
+
+def test_one_launch_w8a8_in_a_graph_with_programmatic_launches(launch):
+    """Captured (programmatic launches: each kernel reads x only after its wait) between two kernels that write x, it
+    must read the x of its position in the stream, as eager calls do."""
+    fq = _fused()
+    qw = dispatch.quantize(_weight(4096, 4096, 5), Format.FP8_BLOCK, act="fp8")
+    qr = dispatch.quantize(_weight(4096, 4096, 6), Format.FP8_ROW, act="fp8")
+    x = _x(1, 4096, torch.bfloat16, 9)
+
+    def chain():
+        y1 = fq.w8a8_gemv_fq(x, qw)
+        y2 = fq.w8a8_gemv_fq(y1, qr)  # reads what the launch just before it wrote
+        return [y1, y2, launch.w8a8_gemv(y2, qw)]
+
+    eager = chain()
+    graph, outs = _capture(chain)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, eager):
+        assert torch.equal(a, b)
+
+
+def test_one_launch_w8a8_refuses_what_it_cannot_serve(launch):
+    from dispatch.errors import UnsupportedError
+
+    fq = _fused()
+    qw = dispatch.quantize(_weight(256, 14336, 7), Format.FP8_BLOCK, act="fp8")
+    with pytest.raises(UnsupportedError, match="1 <= M <= 8"):
+        fq.w8a8_gemv_fq(_x(9, 14336, torch.bfloat16, 1), qw)
+    with pytest.raises(UnsupportedError, match="shared memory"):
+        fq.w8a8_gemv_fq(_x(4, 14336, torch.bfloat16, 1), qw)

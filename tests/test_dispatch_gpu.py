@@ -319,3 +319,37 @@ def test_gradients_through_the_gpu_kernels(fa, m):
     ref = dy @ dispatch.dequantize(qw).float()
     assert float((x.grad.float() - ref).norm() / ref.norm()) < 1e-2
     assert float((b.grad.float() - dy.sum(0)).norm() / dy.sum(0).norm()) < 1e-2
+
+
+@pytest.mark.parametrize("fa", PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
+def test_pad_k16_route_on_the_gpu(fa):
+    """K % 16 != 0 through pad.k16 (forced): the result is the dispatcher's for the zero-padded problem, bit for bit,
+    and within the reference's tolerance; it runs inside a CUDA graph after one eager call (the padded weight and the
+    inner plan are made then)."""
+    from dispatch.pad_k import pad_weight
+
+    fmt, act = fa
+    for n, k in [(3000, 1000), (384, 600)]:
+        qw = _weight(n, k, fmt, act)
+        qp = pad_weight(qw)
+        for m in (1, 16, 300):
+            x = _x(m, k, torch.bfloat16, seed=k)
+            with dispatch.force("pad.k16"):
+                y = dispatch.linear(x, qw)
+            want = dispatch.linear(torch.nn.functional.pad(x, (0, qp.shape[1] - k)), qp)
+            assert torch.equal(y, want), (fmt, act, n, k, m)
+            ref = dispatch.reference.linear(x, qw, out_dtype=torch.float64)
+            assert _rel(y, ref) < _tol(qw, x.dtype), (fmt, act, n, k, m)
+    x = _x(4, 1000, torch.bfloat16, seed=3)
+    qw = _weight(3000, 1000, fmt, act)
+    with dispatch.force("pad.k16"):
+        eager = dispatch.linear(x, qw)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+            out = dispatch.linear(x, qw)
+        torch.cuda.current_stream().wait_stream(s)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)

@@ -374,3 +374,39 @@ def test_explain_notes_a_k_that_is_not_a_multiple_of_16():
         x = torch.randn(3, 1000, dtype=torch.bfloat16)
         torch.testing.assert_close(dispatch.reference.linear(torch.nn.functional.pad(x, (0, 8)), qp),
                                    dispatch.reference.linear(x, qw), rtol=0, atol=0)
+
+
+def test_pad_k16_route_is_exact_and_only_for_unaligned_k_on_gpus():
+    """pad.k16 (dispatch/pad_k.py): the padded weight dequantizes to the original plus zero columns, its scale tensor
+    is the original one, and the route's output (run here on CPU tensors, the padded problem going to the reference)
+    equals the unpadded reference exactly. Offered on GPU targets for K % 16 != 0 only, and the heuristic counts the
+    padded problem's best estimate plus the pad."""
+    from dispatch import heuristic
+    from dispatch.pad_k import PadK16, pad_weight
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+
+    cand = PadK16()
+    gpu, cpu = Target.simulated_for("sm_90"), Target.simulated_for("cpu")
+    p = Problem(Format.FP8_ROW, Act.BF16, 16, 3000, 1000)
+    assert cand.supports(p, gpu) and not cand.supports(p, cpu)
+    assert not cand.supports(Problem(Format.FP8_ROW, Act.BF16, 16, 3000, 1008), gpu)
+    est = heuristic.estimate_us(cand, p, gpu)
+    padded = Problem(Format.FP8_ROW, Act.BF16, 16, 3000, 1008)
+    assert est > min(heuristic.estimate_us(c, padded, gpu) for c in registry.candidates()
+                     if (p.fmt, p.act) in c.serves and c is not cand and c.supports(padded, gpu))
+    w = torch.randn(64, 1000)
+    for fmt, act in [("fp8_block", "fp8"), ("fp8_tensor", "fp8"), ("fp8_row", "fp8"), ("fp8_row", "bf16"),
+                     ("mxfp8", "bf16"), ("fp8_block", "bf16")]:
+        qw = dispatch.quantize(w, fmt, act=act)
+        qp = pad_weight(qw)
+        assert qp.shape == (64, 1008) and qp.scale is qw.scale
+        dq = dispatch.dequantize(qp)
+        assert torch.equal(dq[:, :1000], dispatch.dequantize(qw)) and not dq[:, 1000:].any()
+        x = torch.randn(5, 1000, dtype=torch.bfloat16)
+        y = cand.run(x, qw, qp, None, torch.float32, None)
+        # exactly the dispatcher's answer to the padded problem, which is the unpadded problem's (the reference of
+        # the padded weight equals the unpadded one bit for bit: test above)
+        assert torch.equal(y, dispatch.linear(torch.nn.functional.pad(x, (0, 8)), qp, out_dtype=torch.float32))
+        torch.testing.assert_close(y, dispatch.reference.linear(x, qw, out_dtype=torch.float32), rtol=1e-4, atol=1e-4)
+    assert pad_weight(dispatch.quantize(torch.randn(8, 32), "fp8_row")).shape == (8, 32)  # aligned: as is

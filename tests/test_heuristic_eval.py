@@ -55,6 +55,9 @@ DECODE_W8A8_S19 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s19.j
 # Session 20 put the one-launch per-tensor CUDA quantizer back to two reads of x (per token keeps one) and re-tuned
 # the same 72 cells (every candidate, one run): they replace session 19's, last.
 DECODE_W8A8_S20 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s20.json"
+# Session 21 added the one-launch W8A8 GEMV (cuda.w8a8_gemv_fq, M <= 8) and re-tuned the 48 W8A8 cells at M = 1, 4
+# (every candidate, one run; the other kernels' images unchanged): they replace session 20's there, last.
+DECODE_W8A8_M1_4_S21 = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -95,7 +98,8 @@ def _current_candidates() -> dict:
         # Older rows of these routes (older code) are replaced.
         cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[key(e)]) if key(e) in newer
                  else e for e in cells]
-    for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72)):
+    for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72),
+                        (DECODE_W8A8_M1_4_S21, 48)):
         newer = {key(e): e for e in json.loads(path.read_text())["main"]}
         assert sum(key(e) in newer for e in cells) == len(newer) == count, path
         cells = [newer.get(key(e), e) for e in cells]
@@ -132,7 +136,12 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     holds every one of these keys. Session 20 (the one-launch per-tensor CUDA quantizer back to two reads; the 72
     W8A8 decode cells re-tuned and overlaid): 276 and 269, then 279 and 279 with M = 16 priors of the CUDA W8A8 GEMV
     fit to that re-tune (dispatch.heuristic.ROWS_16_PRIORS). The last miss of each: fp8_row/bf16 4096x4096 M = 1024
-    (the chain, 1.20x) and fp8_block/fp8 4096x4096 M = 256 (the heuristic, 1.21x).
+    (the chain, 1.20x) and fp8_block/fp8 4096x4096 M = 256 (the heuristic, 1.21x). Session 21 (the one-launch
+    W8A8 GEMV; the 48 W8A8 cells at M = 1, 4 re-tuned and overlaid): 278 and 278. Both new misses are one cell,
+    fp8_tensor/fp8 4096x14336 M = 4, where `_scaled_mm` now ran 1.16x faster than the CUDA GEMV (1.15x is the line;
+    the table holds the key). Before the one-launch GEMV's entries stopped being lent to nearby shapes
+    (Candidate.lent_to_nearby_shapes), the chain lent its 4096x4096 M = 1 wins to 4096x14336 and 8192x8192 (1.20x,
+    1.25x): 276.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -143,14 +152,16 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
-    assert r["within"] >= 279, r["misses"]
-    assert evaluate(data)["within"] >= 279
+    assert r["within"] >= 278, r["misses"]
+    assert evaluate(data)["within"] >= 278
 
 
 UNTABLED_S11 = REPO / "docs/perf/h200_candidates_untabled_2026-11-30_s11.json"
 # Session 16 re-measured the 8 fp8_block/fp8 cells (every candidate) after changing the W8A8 GEMM: they replace
 # session 11's.
 UNTABLED_BLOCK_S16 = REPO / "docs/perf/h200_candidates_untabled_fp8_block_2026-11-30_s16.json"
+# Session 21 measured 3000x1000 (K % 16 != 0) at M = 1, 16, 256, 4096, every candidate with the new pad.k16 route.
+UNALIGNED_K_PAD_S21 = REPO / "docs/perf/h200_candidates_unaligned_k_pad_2026-11-30_s21.json"
 
 
 def test_fallback_on_the_untabled_shapes_at_prefill_m():
@@ -166,7 +177,12 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     entry: its Triton GEMM is 1.18x cuBLAS there at best, 1.53x with the borrowed 128 x 128 config (80 tiles on 132
     SMs: split_for keeps one split; the 4096x14336 entry ran 64 tiles x 2 splits): 29. The selection no longer lends
     an entry whose config fills far fewer SMs than at its tuned shape (dispatch.select.NEAREST_MIN_FILL_RATIO): 30
-    again, on these cells and on session 11's. The heuristic alone: 30."""
+    again, on these cells and on session 11's. The heuristic alone: 30.
+
+    Session 21 (the pad.k16 route; its re-measurement of 3000x1000 replaces those 8 cells): 28 and 28. The new misses
+    are the two of test_unaligned_k_replay at M = 256 / 4096 (the dequantize route 1.28x / 1.34x faster than the
+    padded route the heuristic picks); the other 6 of those cells went from the Triton GEMMs and the dequantize route
+    to the padded route, up to 12x faster (fp8_tensor/fp8 M = 4096: 74 against 826 us)."""
     from dispatch import tables
 
     def key(e):
@@ -175,11 +191,15 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     newer = {key(e): e for e in json.loads(UNTABLED_BLOCK_S16.read_text())["main"]}
     cells = json.loads(UNTABLED_S11.read_text())["main"]
     assert sum(key(e) in newer for e in cells) == len(newer) == 8
+    cells = [newer.get(key(e), e) for e in cells]
+    # session 21 re-measured 3000x1000 with every candidate, pad.k16 among them: those cells replace the older ones
+    newer = {key(e): e for e in json.loads(UNALIGNED_K_PAD_S21.read_text())["main"]}
+    assert sum(key(e) in newer for e in cells) == 8
     data = {"main": [newer.get(key(e), e) for e in cells]}
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 32
-    assert r["within"] >= 30, r["misses"]
-    assert evaluate(data)["within"] >= 30
+    assert r["within"] >= 28, r["misses"]
+    assert evaluate(data)["within"] >= 28
 
 
 UNTABLED_M16_S20 = REPO / "docs/perf/h200_candidates_untabled_m16_2026-11-30_s20.json"
@@ -195,7 +215,13 @@ def test_fallback_on_the_untabled_shapes_at_m16():
     `_scaled_mm`; the chain borrows `_scaled_mm` from the nearest shape)."""
     from dispatch import tables
 
-    data = json.loads(UNTABLED_M16_S20.read_text())
+    def key(e):
+        return (e["format"], e["act"], e["n"], e["k"], e["m"])
+
+    cells = json.loads(UNTABLED_M16_S20.read_text())["main"]
+    newer = {key(e): e for e in json.loads(UNALIGNED_K_PAD_S21.read_text())["main"]}  # 3000x1000 with pad.k16
+    assert sum(key(e) in newer for e in cells) == 3
+    data = {"main": [newer.get(key(e), e) for e in cells]}
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 12
     assert r["within"] >= 11, r["misses"]
@@ -221,10 +247,24 @@ def test_heuristic_avoids_tiled_gemms_at_small_m_and_unaligned_k():
     for fmt, act in (("fp8_block", "fp8"), ("fp8_tensor", "fp8"), ("fp8_row", "bf16"), ("mxfp8", "bf16")):
         for m in (1, 16):
             assert "gemm" not in pick(fmt, act, m, 3000, 1000), (fmt, m)
-    # session 11 (untabled run): 69.7 us for cuda.dequant_cublas, 112.9 for torch.dequant_mm (fp32 output passes)
-    assert pick("fp8_row", "bf16", 4096, 3000, 1000) == "cuda.dequant_cublas"
-    assert pick("mxfp8", "bf16", 256, 3000, 1000) in ("cuda.dequant_cublas", "torch.dequant_mm")
+    # session 11 (untabled run): 69.7 us for cuda.dequant_cublas, 112.9 for torch.dequant_mm (fp32 output passes);
+    # since session 21 the pad.k16 route competes there (test_unaligned_k_replay below)
+    assert "gemm" not in pick("fp8_row", "bf16", 4096, 3000, 1000)
+    assert pick("mxfp8", "bf16", 256, 3000, 1000) in ("cuda.dequant_cublas", "torch.dequant_mm", "pad.k16")
     assert pick("fp8_row", "bf16", 4096, 4096, 4096) == "triton.w8a16_gemm"
+
+
+def test_unaligned_k_replay():
+    """Session 21 on the H200 (tools/perf/pad_k.sh: `tools.bench --what untabled` on 3000x1000, K % 16 != 0, five
+    format/acts at M = 1, 16, 256, 4096, every candidate with 2 configs): pad.k16 (zero-pad K to 1008, dispatch that)
+    was the fastest in 18 of 20 cells, 1.4-12x faster than the unaligned kernels at W8A8 (fp8_block M = 4096: 66 us
+    against the Triton GEMM's 455). The two others are the dequantize route's: fp8_row/bf16 M = 4096 (63.7 us, pad
+    85.5: its inner problem goes to the Triton GEMM, whose prior is optimistic there) and mxfp8/bf16 M = 256 (10.0
+    against 12.8). The heuristic alone picks within 15 % in 18 of 20: those two are its misses (1.34x, 1.28x)."""
+    data = json.loads(UNALIGNED_K_PAD_S21.read_text())
+    r = evaluate(data)
+    assert r["cells"] == 20
+    assert r["within"] >= 18, r["misses"]
 
 
 def test_fallback_without_the_cuda_backend():

@@ -328,3 +328,25 @@ def test_nearest_entry_not_lent_where_its_config_fills_far_fewer_sms():
     assert any("of the last wave's SMs here against" in s for s in d.skipped_entries), d.skipped_entries
     d = select(Problem(Format.FP8_BLOCK, Act.FP8, 256, 4096, 12288), t, ts, cands)
     assert d.source == "nearest" and d.candidate_id == gemm.id and d.config == tuned, d
+
+
+def test_one_launch_w8a8_entries_are_not_lent_to_nearby_shapes():
+    """Session 21 on the H200: the one-launch W8A8 GEMV won fp8_tensor 4096x4096 M = 1 (a one-wave grid) and ran
+    1.2-1.25x slower than the best on 4096x14336 and 8192x8192, where the fallback chain had lent that entry. Its
+    entry serves its own key only; nearby shapes go to the next entry or the heuristic, with the reason."""
+    from dispatch import tables
+    from dispatch.tables import TableSet, Tier
+    from kernels_cuda.candidates import candidates as cuda_candidates
+    from kernels_cuda.configs import GemvConfig
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    cands = [c for c in cuda_candidates() if c.id in ("cuda.w8a8_gemv_fq", "cuda.w8a8_gemv")]
+    fq = next(c for c in cands if c.id == "cuda.w8a8_gemv_fq")
+    cfg = GemvConfig(warps=8, mtiles=1, unroll=2)
+    e = tables.make_entry("fp8_tensor", "fp8", 4096, 4096, 1, fq.id, cfg.to_dict(), registry.source_hash(fq), 7.4, 1e-3)
+    ts = TableSet((Tier("device", tables.merge(tables.new_table(t), [e])),))
+    d = select(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 4096), t, ts, cands)
+    assert d.source == "table" and d.candidate_id == fq.id and d.config == cfg
+    d = select(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 14336), t, ts, cands)
+    assert d.source == "heuristic" and d.candidate_id == "cuda.w8a8_gemv", d
+    assert any("not lent" in s for s in d.skipped_entries), d.skipped_entries

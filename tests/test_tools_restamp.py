@@ -82,7 +82,7 @@ def _table(entries):
 
 
 def _entry(impl, m, h):
-    n = 1024 * (1 + sorted(("cand.docs", "cand.code", "cand.other", "cand.gone")).index(impl))  # one key each
+    n = 1024 * (1 + sorted(("cand.docs", "cand.code", "cand.other", "cand.gone", "cuda.k", "triton.k")).index(impl))
     return tables.make_entry("fp8_row", "bf16", n, 4096, m, impl, {}, h, us=10.0, error=1e-3, note="measured")
 
 
@@ -119,6 +119,32 @@ def test_restamp_carries_over_docs_only_edits_and_keeps_the_rest_stale():
     kept2 = {(e.impl, e.m_bucket): why for e, why in out2.kept}
     assert "a.py: code changed" in kept2[("cand.docs", 1)] and "a.py: code changed" in kept2[("cand.code", 1)]
     assert out2.restamped == []
+
+
+def test_images_equal_accepts_kernel_source_edits_and_new_headers_for_the_checked_candidates_only():
+    """`images_equal` (compiled images checked byte-identical): a .cu code change and a header new since the base are
+    accepted for the listed candidates, whose base hash is over the files the base had; Python files still follow the
+    docstring rule; other candidates keep the code change stale."""
+    code_cu = CU_OLD.replace(b"2.0f", b"2.5f")
+    base = {"a.py": PY_OLD, "b.cu": CU_OLD}
+    now = {"a.py": PY_DOCS, "b.cu": code_cu, "new.cuh": b"#pragma once\n"}
+    files = {"cuda.k": ("a.py", "b.cu", "new.cuh"), "triton.k": ("b.cu",)}
+    h_base_cuda = registry.sources_digest(("a.py", "b.cu"), base.get)  # the base's file list had no new.cuh
+    h_base_triton = registry.sources_digest(("b.cu",), base.get)
+    entries = [_entry("cuda.k", 1, h_base_cuda), _entry("triton.k", 1, h_base_triton)]
+    got, out = rt.restamp(_table(entries), files, base.get, now.get, "abc1234", images_equal=("cuda.k",))
+    by = {e.impl: e for e in got.entries}
+    assert by["cuda.k"].source_hash == registry.sources_digest(files["cuda.k"], now.get)
+    assert "kernel image byte-identical" in by["cuda.k"].note
+    kept = {e.impl: why for e, why in out.kept}
+    assert set(kept) == {"triton.k"} and "b.cu: code changed" in kept["triton.k"]
+    # without the image check the same edit is stale for both
+    _, out2 = rt.restamp(_table(entries), files, base.get, now.get, "abc1234")
+    assert out2.restamped == [] and len(out2.kept) == 2
+    # a Python code change is never covered by the image check
+    now3 = dict(now, **{"a.py": PY_CODE})
+    _, out3 = rt.restamp(_table(entries), files, base.get, now3.get, "abc1234", images_equal=("cuda.k",))
+    assert out3.restamped == [] and "a.py: code changed" in dict((e.impl, w) for e, w in out3.kept)["cuda.k"]
 
 
 def test_git_reader_reads_a_revision(tmp_path):

@@ -17,6 +17,15 @@ at REV and in the checkout:
   other files  the same bytes.
 Only then does the entry get the checkout's source hash. Every other stale entry is left as it was, with the reason.
 A re-stamp is a claim about code, not a measurement: the note of each re-stamped entry says so and names REV.
+
+    python -m tools.restamp_table --base REV --images-equal sm_90
+
+adds a second rule for the CUDA candidates (compiled at run time, so their code IS the compiled image): a .cu / .cuh
+difference, a header new since REV included, is accepted when every kernel module REV compiles for that arch
+(`tools.perf.precompile_cuda.variants`: every GEMV config, the quantizers, the dequant kernels) compiles to a
+byte-identical image in a checkout of REV and in this one (`tools.perf.cuda_image_digest`, NVRTC, no GPU). A new
+policy hook or a helper moved to a header leaves the measured kernels' machine code as it was. Only tables whose
+device has that arch are re-stamped this way; their Python files must still pass the rules above.
 """
 
 from __future__ import annotations
@@ -154,9 +163,14 @@ class Outcome:
     kept: list[tuple[tables.Entry, str]]  # still stale, why
 
 
+_C_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")
+
+
 def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base: Reader, now: Reader,
-            base_name: str) -> tuple[tables.Table, Outcome]:
-    """`source_files`: candidate id -> the files it hashes. Entries current now are left alone."""
+            base_name: str, images_equal: Sequence[str] = ()) -> tuple[tables.Table, Outcome]:
+    """`source_files`: candidate id -> the files it hashes. Entries current now are left alone. `images_equal`: the
+    candidate ids whose compiled images were checked byte-identical at the base and now (their C/CUDA differences,
+    and C/CUDA files new since the base, are accepted; the base hash is then over the files the base has)."""
     out = Outcome([], [])
     verdicts: dict[str, tuple[str, str | None]] = {}  # impl -> (hash at the base, why not equivalent)
     entries = []
@@ -171,8 +185,11 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
             entries.append(e)
             continue
         if e.impl not in verdicts:  # git is asked only for candidates with stale entries
-            reasons = [r for f in files if (r := why_not_equivalent(f, base(f), now(f)))]
-            verdicts[e.impl] = (registry.sources_digest(files, base), "; ".join(reasons) or None)
+            by_image = e.impl in images_equal
+            checked = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES))]
+            reasons = [r for f in checked if (r := why_not_equivalent(f, base(f), now(f)))]
+            hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)]
+            verdicts[e.impl] = (registry.sources_digest(hashed, base), "; ".join(reasons) or None)
         base_hash, why = verdicts[e.impl]
         if e.source_hash != base_hash:
             out.kept.append((e, f"measured on {e.source_hash}, not on {base_name} ({base_hash})"))
@@ -188,6 +205,8 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
                               for name in removed_unused_definitions(a, b) or ()})
             what = "comments/docstrings changed only" if not removed else \
                 f"comments/docstrings changed and unused definitions removed ({', '.join(removed)})"
+            if e.impl in images_equal and any(base(f) != now(f) for f in files if f.endswith(_C_SUFFIXES)):
+                what += f"; kernel sources changed, every {table.arch} kernel image byte-identical"
             e2 = dataclasses.replace(e, source_hash=current, note=f"{note}re-stamped from {base_name}: {what}")
             out.restamped.append(e2)
             entries.append(e2)
@@ -201,11 +220,49 @@ def git_reader(rev: str, repo: pathlib.Path) -> Reader:
     return read
 
 
+def image_digests(tree: pathlib.Path, arch: str) -> dict[str, str]:
+    """{module key: image digest} of every CUDA kernel module `tree` compiles for `arch` (this checkout's
+    tools/perf/cuda_image_digest.py, run on that tree's sources)."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    here = pathlib.Path(__file__).resolve().parent / "perf" / "cuda_image_digest.py"
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    r = subprocess.run([sys.executable, str(here), "--arch", arch], cwd=tree, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"restamp_table: compiling the kernels of {tree} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout)
+
+
+def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> str | None:
+    """None when every module `rev` compiles for `arch` compiles byte-identically in the checkout, else why not."""
+    import tempfile  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wt = pathlib.Path(tmp) / "base"
+        r = subprocess.run(["git", "worktree", "add", "--detach", str(wt), rev], cwd=repo, capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            return f"cannot check out {rev}: {r.stderr.strip()}"
+        try:
+            old = image_digests(wt, arch)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=repo, capture_output=True)
+    new = image_digests(repo, arch)
+    differ = sorted(k for k in old if new.get(k) != old[k])
+    if not old:
+        return f"{rev} compiles no module for {arch}"
+    return f"{len(differ)} of {len(old)} modules differ, e.g. {differ[0]}" if differ else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="git revision of the measured sources")
     ap.add_argument("--table", action="append", help="table file(s); default: every shipped table")
     ap.add_argument("--dry-run", action="store_true", help="report only, write nothing")
+    ap.add_argument("--images-equal", metavar="ARCH",
+                    help="also accept CUDA source edits whose kernel images for ARCH are byte-identical (NVRTC, no GPU)")
     args = ap.parse_args(argv)
     import tuning_db  # noqa: PLC0415
 
@@ -214,10 +271,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rev.returncode != 0:
         raise SystemExit(f"restamp_table: {args.base!r} is not a git revision here: {rev.stderr.strip()}")
     base_name = rev.stdout.strip()
-    files = {c.id: tuple(c.source_files) for c in registry.candidates()}
+    cands = registry.candidates()
+    files = {c.id: tuple(c.source_files) for c in cands}
+    by_image: tuple[str, ...] = ()
+    if args.images_equal:
+        why = images_verdict(repo, base_name, args.images_equal)
+        print(f"kernel images for {args.images_equal} at {base_name} and now: " + (why or "byte-identical"))
+        by_image = () if why else tuple(c.id for c in cands if c.backend == "cuda")
     for path in args.table or [str(p) for p in tuning_db.table_paths()]:
         table = tables.load_table(path)
-        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name)
+        covered = by_image if table.arch == args.images_equal else ()
+        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name, covered)
         for e, why in out.kept:
             print(f"still stale: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}: {why}")
         print(f"{pathlib.Path(path).name}: {len(out.restamped)} entries re-stamped from {base_name}, "

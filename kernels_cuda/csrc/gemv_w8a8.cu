@@ -5,6 +5,9 @@
 //   group  : 1x128 xs       x 128x128 ws     -> acc += (xq_g . wq_g) * xs[m, g] * ws[n/128, g] per K step
 // sm_89+ multiplies the codes directly (mma m16n8k32 e4m3, no conversion at all); sm_80 decodes both sides
 // to bf16 exactly and uses the bf16 MMA. The loop, reduction and epilogue are skinny_common.cuh's.
+//
+// With -DFP8D_CFG_FQ=1 the module holds fp8d_w8a8_gemv_fq instead (at the end of this file): the same GEMV in ONE
+// launch, each CTA quantizing x itself.
 #include "skinny_common.cuh"
 
 template <int ACTQ, int NT_, int MT_, int DEPTH_>
@@ -127,6 +130,8 @@ struct W8A8Gemv {
 #error "compile through kernels_cuda._launch (FP8D_CFG_ACTQ/NT/MT/U select the instantiation)"
 #endif
 
+#if !defined(FP8D_CFG_FQ) || !FP8D_CFG_FQ
+
 // FP8D_CFG_U: K steps of weight loads each warp keeps in flight (GemvConfig.unroll).
 extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv(
     const uint8_t* __restrict__ w, const float* __restrict__ ws, const uint8_t* __restrict__ xq,
@@ -135,3 +140,111 @@ extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv(
   const W8A8Gemv<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U> p{ws, xs, M, N, K, xq};
   fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }
+#else
+#include "act_quant_common.cuh"
+
+// FQ: the W8A8 GEMV in ONE launch (kernels_cuda/_w8a8_fused.py, candidate cuda.w8a8_gemv_fq). Each CTA quantizes
+// all of x into its shared memory in prologue(), right after the wait for the previous grid and while its first
+// weight loads are in flight, and the loop reads the codes from there: no quantizer launch, no codes round trip
+// through global memory, no grid boundary between the two. Codes and scales come from act_quant's device
+// functions (fp8d_act_scale, fp8d_quant4), so y is bit-identical to the two-launch route. The price: every CTA
+// repeats the M x K divisions, so it is built for the smallest M (the tuning tables decide where it wins).
+// The parent's xq / xs point at the shared-memory codes (row pitch qpitch) and scales (act_quant's layouts).
+template <int ACTQ, int NT_, int MT_, int DEPTH_>
+struct W8A8GemvFq : W8A8Gemv<ACTQ, NT_, MT_, DEPTH_> {
+  using Base = W8A8Gemv<ACTQ, NT_, MT_, DEPTH_>;
+  using typename Base::Half;
+  static constexpr bool kPrologue = true;
+  const void* __restrict__ x;
+  int x_kind, qpitch;
+  uint8_t* sq;  // == xq, writable
+  float* ss;    // == xs, writable
+
+  // Scale slots: 1 (tensor), M (token), M x ceil(K / 128) (group).
+  __device__ static int slots(int M, int K) {
+    return ACTQ == FP8D_ACTQ_TENSOR ? 1 : (ACTQ == FP8D_ACTQ_TOKEN ? M : M * ((K + FP8D_ACT_GROUP - 1) / FP8D_ACT_GROUP));
+  }
+  // The scale slot of 16-byte vector i of x ([M, K] row-major, vpr vectors a row, 2^gshift vectors a group).
+  __device__ __forceinline__ int slot(int i, int vpr, int gshift) const {
+    if constexpr (ACTQ == FP8D_ACTQ_TENSOR) {
+      return 0;
+    } else {
+      const int tok = i / vpr;
+      if constexpr (ACTQ == FP8D_ACTQ_TOKEN) return tok;
+      return tok * ((this->K + FP8D_ACT_GROUP - 1) / FP8D_ACT_GROUP) + ((i - tok * vpr) >> gshift);
+    }
+  }
+
+  // x -> codes and scales in shared memory, the whole CTA (x 16-byte aligned, K % 16 == 0: rows of whole
+  // vectors). Pass 1: |x| max per slot, as integers: |x| and +NaN order like their bit patterns read as unsigned,
+  // so an integer max is the NaN-propagating float max (act_quant's amax, in any order). Lanes first combine by
+  // shuffles over aligned runs of `seg` lanes that provably share a slot (row and group starts are multiples of
+  // seg vectors), then one shared-memory atomic per run. Pass 2 re-reads x (L1 hits) and writes the codes.
+  __device__ __forceinline__ void prologue() const {
+    const int M = this->M, K = this->K;
+    const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;  // values per 16-byte vector
+    const int vpr = K / per, nvec = M * vpr;
+    const int gshift = per == 8 ? 4 : 5;               // a 128-value group: 16 or 32 vectors
+    const int nslot = slots(M, K);
+    int seg = 32;
+    if constexpr (ACTQ != FP8D_ACTQ_TENSOR) seg = min(32, vpr & -vpr);
+    if constexpr (ACTQ == FP8D_ACTQ_GROUP) seg = min(seg, 1 << gshift);
+    unsigned* bits = reinterpret_cast<unsigned*>(ss);
+    for (int j = threadIdx.x; j < nslot; j += blockDim.x) bits[j] = 0u;
+    __syncthreads();
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    const int lane = threadIdx.x & 31, nt = blockDim.x;
+    for (int base = 0; base < nvec; base += 2 * nt) {  // CTA-uniform trip count: the shuffles see whole warps
+      uint4 v[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = base + r * nt + threadIdx.x;
+        v[r] = i < nvec ? fp8d_load128_keep(xv + i) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = base + r * nt + threadIdx.x;
+        float a = fp8d_vec_absmax(v[r], x_kind, 0.0f);  // 0 past the end: neutral
+        for (int o = 1; o < seg; o <<= 1) a = fp8d_nanmax(a, fp8d_shfl_xor(a, o));
+        if (i < nvec && (lane & (seg - 1)) == 0) atomicMax(bits + slot(i, vpr, gshift), __float_as_uint(a));
+      }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < nslot; j += blockDim.x) ss[j] = fp8d_act_scale(__uint_as_float(bits[j]));
+    __syncthreads();
+    for (int i = threadIdx.x; i < nvec; i += nt) {
+      const int tok = i / vpr;
+      fp8d_quant_store_vec(fp8d_load128_keep(xv + i), x_kind, sq + tok * qpitch, i - tok * vpr,
+                           ss[slot(i, vpr, gshift)]);
+    }
+    __syncthreads();
+  }
+
+  // The parent's load_half, from shared memory at row pitch qpitch.
+  __device__ __forceinline__ void load_half(Half& h, int, Fp8dLane L, int s, int q) const {
+    const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);
+#pragma unroll
+    for (int nt = 0; nt < NT_; ++nt) {
+      const int tok = nt * 8 + L.g;
+      h.x[nt] = (tok < this->M && kk < this->K) ? *reinterpret_cast<const uint4*>(sq + tok * qpitch + kk)
+                                                : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+};
+
+// x [M, K] (x_kind: bf16 / f16 / f32, 16-byte aligned) is quantized by every CTA into its dynamic shared memory
+// after the driver's layout: the scales (a multiple of 4 slots), then the codes at row pitch qpitch (a multiple
+// of 16). kernels_cuda/_w8a8_fused.py sizes both.
+extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv_fq(
+    const uint8_t* __restrict__ w, const float* __restrict__ ws, const void* __restrict__ x, int x_kind,
+    const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int qpitch, int bias_kind,
+    int out_kind) {
+  using P = W8A8GemvFq<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U>;
+  extern __shared__ float fp8d_red[];
+  float* ss = Fp8dSmemLayout<FP8D_CFG_MT, FP8D_CFG_NT>::tok_scale(fp8d_red, blockDim.x >> 5) + 32;
+  uint8_t* sq = reinterpret_cast<uint8_t*>(ss + ((P::slots(M, K) + 3) & ~3));
+  const P p{{ws, ss, M, N, K, sq}, x, x_kind, qpitch, sq, ss};
+  fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
+}
+#endif
+

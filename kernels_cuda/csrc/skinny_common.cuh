@@ -92,6 +92,17 @@ struct Fp8dSmemLayout {
   __device__ static float* tok_scale(float* base, int nwarps) { return row_bias(base, nwarps) + kRows; }
 };
 
+// P::kPrologue if policy P defines it, else false. A function, not a trait struct: a trait's static member would
+// add a data symbol to every module, so the images of the policies without a prologue would change.
+template <class P>
+__device__ constexpr auto fp8d_has_prologue(int) -> decltype(P::kPrologue) {
+  return P::kPrologue;
+}
+template <class P>
+__device__ constexpr bool fp8d_has_prologue(long) {
+  return false;
+}
+
 // The driver. P (a family policy) provides:
 //   MT, NT, DEPTH                    tile shape and weight steps in flight
 //   kPartial                         MMAs accumulate per step (into `part`), finish() folds them into acc
@@ -108,6 +119,10 @@ struct Fp8dSmemLayout {
 //                                    an alternative policy for inputs the main one cannot take (W8A16 mxfp8:
 //                                    scale codes above FP8D_MX_FOLD_MAX), chosen once per CTA before the
 //                                    loop: a branch inside the loop would split its instruction schedule
+// and optionally
+//   kPrologue / prologue()           work of the whole CTA (barriers allowed) right after the wait for the
+//                                    previous grid, before the first x load: the W8A8 GEMV that quantizes
+//                                    x itself (gemv_w8a8.cu, FP8D_CFG_FQ) fills shared memory there
 template <class P, bool kPrefetch>
 __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
@@ -195,6 +210,8 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   bool rare = false;
   if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
   fp8d_wait_prior_grid();
+  // The weight loads above stay in flight through the prologue (it reads only what the previous grid wrote).
+  if constexpr (fp8d_has_prologue<P>(0)) p.prologue();
   if (kPrefetch && warp < nsteps) {
     p.load_half(half[0][0], n0, L, warp, 0);
     p.load_half(half[0][1], n0, L, warp, 1);

@@ -1,0 +1,99 @@
+"""The one-launch W8A8 decode GEMV: csrc/gemv_w8a8.cu compiled with FP8D_CFG_FQ (entry fp8d_w8a8_gemv_fq).
+
+Every CTA quantizes all of x into its own shared memory right after the wait for the previous grid (its first weight
+loads already in flight), then runs the W8A8 GEMV's loop on those codes. Against the two-launch route
+(`_launch.w8a8_gemv`: the fused quantizer, then the GEMV) it saves the quantizer's launch, the codes' round trip
+through global memory and the grid boundary between the two; it pays M x K divisions in EVERY CTA, so it is built for
+the smallest M: one token tile (M <= 8), with the codes in at most 48 KB of dynamic shared memory (no opt-in). The
+tuning tables decide where it wins. Codes and scales are the quantizer's bit for bit (the same device functions), so y
+equals the two-launch route's exactly (tests/test_cuda_kernels.py checks it on the GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+
+from dispatch.errors import FormatError, UnsupportedError
+from dispatch.formats import ActGranularity, QWeight
+
+from . import _driver
+from ._driver import ptr
+from ._kinds import ACTQ_CODE, DTYPE_CODE
+from ._launch import _aligned16, _check_gemv, _kernel, _out_and_bias, device_arch, gemv_module, pdl_allowed
+from .configs import GemvConfig
+
+FQ_MAX_M = 8  # one 8-token MMA column tile: larger M repeats more divisions per CTA than a second launch costs
+SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without cuFuncSetAttribute
+
+
+def code_pitch(m: int, k: int) -> int:
+    """Row pitch of the codes in shared memory: K for one row; else K rounded up to 128 plus 64, so the two tokens
+    one 8-lane phase of a 16-byte load reads (64 bytes each) fall in disjoint banks."""
+    return k if m == 1 else 128 * math.ceil(k / 128) + 64
+
+
+def scale_slots(m: int, k: int, g: ActGranularity) -> int:
+    if g is ActGranularity.PER_TENSOR:
+        return 1
+    return m if g is ActGranularity.PER_TOKEN else m * math.ceil(k / 128)
+
+
+def smem_bytes(m: int, k: int, g: ActGranularity, cfg: GemvConfig) -> int:
+    """The GEMV's own layout, then the scales (a multiple of 4 slots: 16-byte aligned codes), then the codes."""
+    return cfg.smem_bytes(m) + 4 * (4 * math.ceil(scale_slots(m, k, g) / 4)) + m * code_pitch(m, k)
+
+
+def unsupported_reason(m: int, k: int, g: ActGranularity, cfg: GemvConfig) -> str | None:
+    """Why (m, k, granularity, config) cannot run one-launch, or None."""
+    if not 1 <= m <= FQ_MAX_M:
+        return f"M = {m}: the one-launch W8A8 GEMV serves 1 <= M <= {FQ_MAX_M} (each CTA quantizes all of x)"
+    if not cfg.fits(m):
+        return f"{cfg} does not fit the register budget at M = {m}"
+    need = smem_bytes(m, k, g, cfg)
+    if need > SMEM_LIMIT:
+        return f"x's codes need {need} bytes of shared memory at M = {m}, K = {k} (> {SMEM_LIMIT})"
+    return None
+
+
+def fused_module(kind_code: int, m: int, cfg: GemvConfig, emulate_mma: bool = False,
+                 force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+    """The module key (source, entry, defines) of the one-launch GEMV: the two-launch GEMV's defines plus FP8D_CFG_FQ."""
+    name, _, d = gemv_module(True, kind_code, 0, m, cfg, emulate_mma, force_sw_cvt)
+    return name, "fp8d_w8a8_gemv_fq", tuple(sorted(d + (("FP8D_CFG_FQ", 1),)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec(g: ActGranularity, m: int, n: int, k: int, cfg: GemvConfig, device: int, arch: str | None,
+          emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
+    """(kernel, grid, block, smem, pdl), cached per shape: the decode hot path builds nothing in Python."""
+    arch = arch or device_arch(device)
+    kernel = _kernel(*fused_module(ACTQ_CODE[g], m, cfg, emulate_mma, force_sw_cvt), device, arch)
+    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), smem_bytes(m, k, g, cfg),
+            pdl_allowed(arch))
+
+
+def w8a8_gemv_fq(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
+                 out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *, arch: str | None = None,
+                 emulate_mma: bool = False, force_sw_cvt: bool = False) -> torch.Tensor:
+    """W8A8 decode in one launch: y = dequantize(quantize_activation(x2d)) @ dequantize(qw).T (+ bias)."""
+    m, n, k = _check_gemv(x2d, qw)
+    g = qw.act_granularity
+    if g is None:
+        raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
+    if x2d.dtype not in DTYPE_CODE:
+        raise UnsupportedError(f"activations of dtype {x2d.dtype} are not bf16, fp16 or fp32")
+    cfg = config or GemvConfig()
+    reason = unsupported_reason(m, k, g, cfg)
+    if reason:
+        raise UnsupportedError(reason + "; the two-launch kernels_cuda._launch.w8a8_gemv serves it")
+    y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
+    x2d = _aligned16(x2d)
+    kernel, grid, block, smem, pdl = _spec(g, m, n, k, cfg, x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
+    args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), DTYPE_CODE[x2d.dtype], ptr(bias), ptr(y), m, n, k,
+            code_pitch(m, k), DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
+    _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
+    return y

@@ -1,0 +1,58 @@
+"""Digest of every compiled CUDA kernel image, module by module: the evidence that an edit of shared kernel sources
+left the kernels already measured unchanged.
+
+An edit of a shared header (a new policy hook, a helper moved to a header) changes the source hash of every CUDA
+candidate, so the tuning tables' entries go stale (dispatch.registry.source_hash), although the kernels they
+measured may compile to the very same machine code. This tool compiles, through NVRTC (no GPU needed), every
+module `tools.perf.precompile_cuda.variants` lists for an arch and prints one JSON object
+{module key: sha256 of the image}. `tools.restamp_table --images-equal ARCH` runs it in a checkout of the measured
+revision and in this one, and accepts a .cu/.cuh difference only when every module of the measured revision
+compiles to byte-identical images in both.
+
+    python -m tools.perf.cuda_image_digest --arch sm_90 [--paths native] [--jobs 2] > digests.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import sys
+
+
+def module_key(item: tuple) -> str:
+    kind, name, defines, arch = item
+    return f"{arch}:{name}:" + ",".join(f"{k}={v}" for k, v in defines)
+
+
+def _digest(item: tuple) -> tuple[str, str]:
+    from kernels_cuda import compiler
+
+    _, name, defines, arch = item
+    image = compiler.compile_module(name, arch, dict(defines)).image()
+    return module_key(item), "sha256:" + hashlib.sha256(image).hexdigest()
+
+
+def digests(arch: str, paths: tuple[str, ...], jobs: int) -> dict[str, str]:
+    from tools.perf.precompile_cuda import variants
+
+    items = variants(arch, paths)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+        return dict(sorted(pool.map(_digest, items)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.perf.cuda_image_digest", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--paths", default="native", help="comma-separated subset of native,sm80,emulated")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args(argv)
+    json.dump(digests(a.arch, tuple(a.paths.split(",")), a.jobs), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
