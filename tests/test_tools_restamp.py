@@ -158,3 +158,19 @@ def test_git_reader_reads_a_revision(tmp_path):
     (tmp_path / "k.py").write_bytes(PY_DOCS)
     read = rt.git_reader("HEAD", tmp_path)
     assert read("k.py") == PY_OLD and read("missing.py") is None
+
+
+def test_image_digest_keys_name_the_candidates_that_load_them():
+    """`--images-equal` decides candidate by candidate: every module precompile_cuda lists is owned by a registered
+    CUDA candidate (never "*"), and every CUDA candidate owns some module, so an edit that changes one candidate's
+    images leaves the others' entries re-stampable."""
+    from kernels_cuda.candidates import candidates as cuda_candidates
+    from tools.perf import cuda_image_digest as cid
+    from tools.perf.precompile_cuda import variants
+
+    owners = {cid.module_key(it).split("|")[0] for it in variants("sm_90", ("native",))}
+    assert "*" not in owners
+    assert owners == {c.id for c in cuda_candidates()}
+    assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0), ("FP8D_CFG_FQ", 1))) == "cuda.w8a8_gemv_fq"
+    assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0),)) == "cuda.w8a8_gemv"
+    assert cid.module_candidates("new_kernel.cu", ()) == "*"

@@ -21,9 +21,10 @@ A re-stamp is a claim about code, not a measurement: the note of each re-stamped
     python -m tools.restamp_table --base REV --images-equal sm_90
 
 adds a second rule for the CUDA candidates (compiled at run time, so their code IS the compiled image): a .cu / .cuh
-difference, a header new since REV included, is accepted when every kernel module REV compiles for that arch
-(`tools.perf.precompile_cuda.variants`: every GEMV config, the quantizers, the dequant kernels) compiles to a
-byte-identical image in a checkout of REV and in this one (`tools.perf.cuda_image_digest`, NVRTC, no GPU). A new
+difference, a header new since REV included, is accepted for a candidate when every kernel module of that candidate
+that REV compiles for that arch (`tools.perf.precompile_cuda.variants`: every GEMV config, the quantizers, the
+dequant kernels) compiles to a byte-identical image in a checkout of REV and in this one
+(`tools.perf.cuda_image_digest`, NVRTC, no GPU). A new
 policy hook or a helper moved to a header leaves the measured kernels' machine code as it was. Only tables whose
 device has that arch are re-stamped this way; their Python files must still pass the rules above.
 """
@@ -235,8 +236,9 @@ def image_digests(tree: pathlib.Path, arch: str) -> dict[str, str]:
     return json.loads(r.stdout)
 
 
-def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> str | None:
-    """None when every module `rev` compiles for `arch` compiles byte-identically in the checkout, else why not."""
+def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> tuple[frozenset[str], str]:
+    """(the candidate ids all of whose modules that `rev` compiles for `arch` compile byte-identically in the
+    checkout, a summary). A module of unknown candidates ("*") that differs disqualifies every candidate."""
     import tempfile  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,16 +246,20 @@ def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> str | None:
         r = subprocess.run(["git", "worktree", "add", "--detach", str(wt), rev], cwd=repo, capture_output=True,
                            text=True)
         if r.returncode != 0:
-            return f"cannot check out {rev}: {r.stderr.strip()}"
+            return frozenset(), f"cannot check out {rev}: {r.stderr.strip()}"
         try:
             old = image_digests(wt, arch)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=repo, capture_output=True)
     new = image_digests(repo, arch)
-    differ = sorted(k for k in old if new.get(k) != old[k])
     if not old:
-        return f"{rev} compiles no module for {arch}"
-    return f"{len(differ)} of {len(old)} modules differ, e.g. {differ[0]}" if differ else None
+        return frozenset(), f"{rev} compiles no module for {arch}"
+    owners = {c for key in old for c in key.split("|")[0].split(",")}
+    differ = sorted(k for k in old if new.get(k) != old[k])
+    hit = {c for key in differ for c in key.split("|")[0].split(",")}
+    same = frozenset() if "*" in hit else frozenset(owners - hit - {"*"})
+    return same, (f"{len(differ)} of {len(old)} modules differ ({', '.join(sorted(hit))}), e.g. {differ[0]}"
+                  if differ else f"all {len(old)} modules byte-identical")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -275,9 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = {c.id: tuple(c.source_files) for c in cands}
     by_image: tuple[str, ...] = ()
     if args.images_equal:
-        why = images_verdict(repo, base_name, args.images_equal)
-        print(f"kernel images for {args.images_equal} at {base_name} and now: " + (why or "byte-identical"))
-        by_image = () if why else tuple(c.id for c in cands if c.backend == "cuda")
+        same, summary = images_verdict(repo, base_name, args.images_equal)
+        print(f"kernel images for {args.images_equal} at {base_name} and now: {summary}; covered: "
+              + (", ".join(sorted(same)) or "none"))
+        by_image = tuple(c.id for c in cands if c.backend == "cuda" and c.id in same)
     for path in args.table or [str(p) for p in tuning_db.table_paths()]:
         table = tables.load_table(path)
         covered = by_image if table.arch == args.images_equal else ()

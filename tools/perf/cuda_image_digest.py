@@ -7,7 +7,7 @@ measured may compile to the very same machine code. This tool compiles, through 
 module `tools.perf.precompile_cuda.variants` lists for an arch and prints one JSON object
 {module key: sha256 of the image}. `tools.restamp_table --images-equal ARCH` runs it in a checkout of the measured
 revision and in this one, and accepts a .cu/.cuh difference only when every module of the measured revision
-compiles to byte-identical images in both.
+compiles to byte-identical images in both (candidate by candidate: each key names the candidates that load the module).
 
     python -m tools.perf.cuda_image_digest --arch sm_90 [--paths native] [--jobs 2] > digests.json
 """
@@ -22,9 +22,19 @@ import os
 import sys
 
 
+def module_candidates(name: str, defines: tuple) -> str:
+    """The candidate ids (comma-separated) whose launches load this module; "*" when the source is not known here
+    (then every CUDA candidate counts as affected)."""
+    if name == "gemv_w8a8.cu":
+        return "cuda.w8a8_gemv_fq" if dict(defines).get("FP8D_CFG_FQ") else "cuda.w8a8_gemv"
+    return {"gemv_w8a16.cu": "cuda.w8a16_gemv", "act_quant.cu": "cuda.w8a8_gemv", "dequant.cu": "cuda.dequant_cublas",
+            "scale_cols.cu": "cuda.dequant_cublas"}.get(name, "*")
+
+
 def module_key(item: tuple) -> str:
+    """'<candidates>|<arch>:<source>:<defines>'"""
     kind, name, defines, arch = item
-    return f"{arch}:{name}:" + ",".join(f"{k}={v}" for k, v in defines)
+    return f"{module_candidates(name, defines)}|{arch}:{name}:" + ",".join(f"{k}={v}" for k, v in defines)
 
 
 def _digest(item: tuple) -> tuple[str, str]:
