@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .formats import Act, Format, QWeight
+from .formats import ACT_GRANULARITY, Act, Format, QWeight
 from .problem import Candidate, Problem, Support
 from .target import Target
 
@@ -34,8 +34,8 @@ ALIGN = 16  # bytes of fp8 codes per 16-byte load
 PAD_US = 2.0
 PAD_BW_EFF = 0.3
 
-SERVES = frozenset({(f, Act.BF16) for f in Format} | {(f, Act.FP8) for f in
-                                                      (Format.FP8_TENSOR, Format.FP8_ROW, Format.FP8_BLOCK)})
+# every (format, act) pair there is: W8A16 for the four formats, W8A8 where the format has an activation scheme
+SERVES = frozenset({(f, Act.BF16) for f in Format} | {(f, Act.FP8) for f in ACT_GRANULARITY})
 
 
 def padded_k(k: int) -> int:

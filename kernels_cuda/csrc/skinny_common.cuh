@@ -210,7 +210,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   bool rare = false;
   if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
   fp8d_wait_prior_grid();
-  // The weight loads above stay in flight through the prologue (it reads only what the previous grid wrote).
+  // The prologue reads x (the previous grid may have written it): after the wait, the weight loads above in flight.
   if constexpr (fp8d_has_prologue<P>(0)) p.prologue();
   if (kPrefetch && warp < nsteps) {
     p.load_half(half[0][0], n0, L, warp, 0);
