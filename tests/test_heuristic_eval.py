@@ -12,7 +12,8 @@ RESULTS = REPO / "docs/perf/h200_bench_results_2026-11-29.json"
 
 
 def test_heuristic_alone_is_within_15_percent_on_most_measured_cells():
-    r = evaluate(json.loads(RESULTS.read_text()))
+    # the candidates added since (session 21) never ran in this replay's cells: it cannot judge them
+    r = evaluate(json.loads(RESULTS.read_text()), without_candidates=("cuda.w8a8_gemv_fq", "pad.k16"))
     assert r["cells"] == 120
     # 118 of 120 with the priors fitted to this run; a prior change that loses more than a few cells fails here.
     # 116 since session 16's M = 16 prior of the Triton W8A8 GEMM (fit to that session's faster code, which this
@@ -58,6 +59,8 @@ DECODE_W8A8_S20 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s20.j
 # Session 21 added the one-launch W8A8 GEMV (cuda.w8a8_gemv_fq, M <= 8) and re-tuned the 48 W8A8 cells at M = 1, 4
 # (every candidate, one run; the other kernels' images unchanged): they replace session 20's there, last.
 DECODE_W8A8_M1_4_S21 = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json"
+# Then its M = 1 keys again, the one-launch GEMV with every config (two-row tiles first): they replace those 24, last.
+DECODE_W8A8_M1_S21B = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_2026-11-30_s21b.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -99,7 +102,7 @@ def _current_candidates() -> dict:
         cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[key(e)]) if key(e) in newer
                  else e for e in cells]
     for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72),
-                        (DECODE_W8A8_M1_4_S21, 48)):
+                        (DECODE_W8A8_M1_4_S21, 48), (DECODE_W8A8_M1_S21B, 24)):
         newer = {key(e): e for e in json.loads(path.read_text())["main"]}
         assert sum(key(e) in newer for e in cells) == len(newer) == count, path
         cells = [newer.get(key(e), e) for e in cells]

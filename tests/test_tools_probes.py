@@ -93,10 +93,10 @@ def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
                                us=e["us"]) for e in entries if e["impl"] == "cuda.w8a16_gemv"]}
     cuda_fits = fit(table, ms=(1,))
     assert len(cuda_fits) == 2
-    # the CUDA W8A8 GEMVs' (two-launch and one-launch): the fit to session 21's measurement of every candidate on
-    # every W8A8 key at M = 1 (8 cells each; since the one-launch GEMV won 3 of the table's M = 1 keys, the table's
+    # the CUDA W8A8 GEMVs' (two-launch and one-launch): the fit to session 21's last measurement of every candidate on
+    # every W8A8 key at M = 1 (8 cells each; since the one-launch GEMV won 4 of the table's M = 1 keys, the table's
     # winners alone leave too few two-launch cells to fit)
-    cuda_fits += fit(json.loads((REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json").read_text()),
+    cuda_fits += fit(json.loads((REPO / "docs/perf/h200_candidates_decode_w8a8_m1_2026-11-30_s21b.json").read_text()),
                      ms=(1,))
     cuda_fits = [f for f in cuda_fits if f.candidate.startswith("cuda.w8a")]
     assert len(cuda_fits) == 8

@@ -33,14 +33,15 @@ from dispatch.target import Target
 
 def evaluate(results: dict[str, Any], arch: str = "sm_90", torch_version: str = "2.11.0",
              slack: float = 1.15, table: "tables.Table | None" = None,
-             without_backends: tuple[str, ...] = ()) -> dict[str, Any]:
+             without_backends: tuple[str, ...] = (), without_candidates: tuple[str, ...] = ()) -> dict[str, Any]:
     """`table`: leave-one-shape-out instead of no tables: each cell is decided with `table` minus every entry
     of the cell's own (N, K), i.e. the whole fallback chain (nearest measured shape, then the heuristic) as a
     shape in no table meets it. `without_backends`: as an install without them (e.g. "cuda": no CuPy) meets it;
-    their measurements leave the cells too. A pick with no measurement in its cell counts against the score
+    their measurements leave the cells too. `without_candidates`: candidate ids left out the same way (those added
+    after the run: it cannot judge them). A pick with no measurement in its cell counts against the score
     (`unmeasured` says how many)."""
     target = Target.simulated_for(arch, torch_version=torch_version)
-    cands = [c for c in registry.candidates() if c.backend not in without_backends]
+    cands = [c for c in registry.candidates() if c.backend not in without_backends and c.id not in without_candidates]
     # Replay the decisions as they were when measured: the table's entries count as current even after the
     # kernel sources changed (the live dispatcher would skip them as stale until the next autotune).
     measured_hash = {e.impl: e.source_hash for e in table.entries} if table is not None else {}
