@@ -23,7 +23,9 @@ from typing import Any
 
 import torch
 
+from .force import current, policy
 from .formats import ACT_GRANULARITY, Act, Format, QWeight
+from .linear import _linear
 from .problem import Candidate, Problem, Support
 from .target import Target
 
@@ -85,10 +87,7 @@ class PadK16(Candidate):
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: Any) -> torch.Tensor:
-        from .force import current, policy
-        from .linear import _linear
-
-        qw.require(prepared.format, prepared.act)
+        # (every call: module-level imports, no checks that prepare() already guarantees)
         xp = torch.nn.functional.pad(x2d, (0, prepared.shape[1] - x2d.shape[1]))
         pol = current()
         if pol.force and all(pol.matches(f, self.id, self.backend) for f in pol.force):

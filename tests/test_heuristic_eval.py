@@ -75,37 +75,42 @@ _GEMMS = ("triton.w8a16_gemm", "triton.w8a8_gemm")
 TRITON_GEMV_M1_S15 = REPO / "docs/perf/h200_candidates_triton_gemv_m1_2026-11-30_s15.json"
 
 
-def _current_candidates() -> dict:
-    def key(e):
-        return (e["format"], e["act"], e["n"], e["k"], e["m"])
+def _key(e: dict) -> tuple:
+    return (e["format"], e["act"], e["n"], e["k"], e["m"])
 
+
+def _overlay(cells: list, path, count: int, *, whole: bool = True) -> list:
+    """`cells` with the `count` of them that `path` measured again replaced by its cells (`whole`: every cell of
+    `path` is one of them; else `path` may hold others too)."""
+    newer = {_key(e): e for e in json.loads(path.read_text())["main"]}
+    assert sum(_key(e) in newer for e in cells) == count and (not whole or len(newer) == count), path
+    return [newer.get(_key(e), e) for e in cells]
+
+
+def _current_candidates() -> dict:
     cells = json.loads(CANDIDATES.read_text())["main"]
     for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112), (CANDIDATES_S12, 112),
                         (CANDIDATES_S13, 112), (CANDIDATES_S15, 112), (CANDIDATES_S16, 112),
                         (BLOCK_PREFILL_S16, 16), (CANDIDATES_S17, 128)):  # later measurements replace earlier ones
-        newer = {key(e): e for e in json.loads(path.read_text())["main"]}
-        assert sum(key(e) in newer for e in cells) == len(newer) == count, path
-        cells = [newer.get(key(e), e) for e in cells]
+        cells = _overlay(cells, path, count)
     # Session 16's re-tune timed the current Triton GEMM code in its cells (fp8_block/fp8 and fp8_row/fp8 at M = 16
     # among them): session 12's decode rows of the older GEMM code do not go there.
-    current_gemm = {key(e) for e in json.loads(CANDIDATES_S16.read_text())["main"]}
+    current_gemm = {_key(e) for e in json.loads(CANDIDATES_S16.read_text())["main"]}
     # (session 12's file has 120 cells; 16 of them, fp8_block/fp8 and fp8_row/fp8 at M = 16, are re-tune cells)
     for path, routes, count in ((TRITON_GEMV_S11, _GEMVS, 120), (TRITON_GEMM_DECODE_S12, _GEMMS, 104),
                                 (TRITON_GEMV_M1_S15, _GEMVS, 40)):
         newer = {}
         for e in json.loads(path.read_text())["main"]:
             rows = [r for r in e["rows"] if r["route"] in routes]
-            if rows and not (path == TRITON_GEMM_DECODE_S12 and key(e) in current_gemm):
-                newer[key(e)] = rows  # (the files also hold their run's bf16 baseline as cells of format "bf16")
-        assert len(newer) == sum(key(e) in newer for e in cells) == count, path
+            if rows and not (path == TRITON_GEMM_DECODE_S12 and _key(e) in current_gemm):
+                newer[_key(e)] = rows  # (the files also hold their run's bf16 baseline as cells of format "bf16")
+        assert len(newer) == sum(_key(e) in newer for e in cells) == count, path
         # Older rows of these routes (older code) are replaced.
-        cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[key(e)]) if key(e) in newer
+        cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[_key(e)]) if _key(e) in newer
                  else e for e in cells]
     for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72),
                         (DECODE_W8A8_M1_4_S21, 48), (DECODE_W8A8_M1_S21B, 24)):
-        newer = {key(e): e for e in json.loads(path.read_text())["main"]}
-        assert sum(key(e) in newer for e in cells) == len(newer) == count, path
-        cells = [newer.get(key(e), e) for e in cells]
+        cells = _overlay(cells, path, count)
     return {"main": cells}
 
 
@@ -188,17 +193,9 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     to the padded route, up to 12x faster (fp8_tensor/fp8 M = 4096: 74 against 826 us)."""
     from dispatch import tables
 
-    def key(e):
-        return (e["format"], e["act"], e["n"], e["k"], e["m"])
-
-    newer = {key(e): e for e in json.loads(UNTABLED_BLOCK_S16.read_text())["main"]}
-    cells = json.loads(UNTABLED_S11.read_text())["main"]
-    assert sum(key(e) in newer for e in cells) == len(newer) == 8
-    cells = [newer.get(key(e), e) for e in cells]
+    cells = _overlay(json.loads(UNTABLED_S11.read_text())["main"], UNTABLED_BLOCK_S16, 8)
     # session 21 re-measured 3000x1000 with every candidate, pad.k16 among them: those cells replace the older ones
-    newer = {key(e): e for e in json.loads(UNALIGNED_K_PAD_S21.read_text())["main"]}
-    assert sum(key(e) in newer for e in cells) == 8
-    data = {"main": [newer.get(key(e), e) for e in cells]}
+    data = {"main": _overlay(cells, UNALIGNED_K_PAD_S21, 8, whole=False)}
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 32
     assert r["within"] >= 28, r["misses"]
@@ -218,13 +215,8 @@ def test_fallback_on_the_untabled_shapes_at_m16():
     `_scaled_mm`; the chain borrows `_scaled_mm` from the nearest shape)."""
     from dispatch import tables
 
-    def key(e):
-        return (e["format"], e["act"], e["n"], e["k"], e["m"])
-
     cells = json.loads(UNTABLED_M16_S20.read_text())["main"]
-    newer = {key(e): e for e in json.loads(UNALIGNED_K_PAD_S21.read_text())["main"]}  # 3000x1000 with pad.k16
-    assert sum(key(e) in newer for e in cells) == 3
-    data = {"main": [newer.get(key(e), e) for e in cells]}
+    data = {"main": _overlay(cells, UNALIGNED_K_PAD_S21, 3, whole=False)}  # 3000x1000 with pad.k16
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 12
     assert r["within"] >= 11, r["misses"]
