@@ -101,12 +101,13 @@ _GEMM_SHAPE = dict(tile_m=64, unaligned_k_slowdown=5.0)
 MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     **{("cuda.w8a16_gemv", f): Prior(0.95, 0.30, False, 4.5) for f in Format},
     **{("cuda.w8a8_gemv", f): Prior(0.95, 0.30, False, 5.0) for f in Format},
-    # The one-launch W8A8 GEMV at 2..8 tokens, fit to its first measurement (`python -m tools.perf.fit_priors
-    # docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json --m 4`, 7 cells each, worst 13-18 % off): every
-    # CTA quantizes all of x, so it slows with M and with the number of CTA waves (1.3-2.8x the two-launch route).
-    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.34, 0.30, False, 4.9),
-    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.39, 0.30, False, 5.1),
-    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.43, 0.30, False, 5.2),
+    # The one-launch W8A8 GEMV at 2..8 tokens, fit to its measurement with persistent grids (session 22: `python -m
+    # tools.perf.fit_priors docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s22.json --m 4`, 7 cells each, worst
+    # 25-29 % off): each resident CTA quantizes all of x once, a fixed cost that grows with M (1.2-1.9x the two-launch
+    # route at M = 4). Session 21's one-CTA-per-tile kernel fit 0.34-0.43 / 4.9-5.2 us (it slowed with every wave).
+    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.91, 0.30, False, 11.0),
+    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.92, 0.30, False, 10.7),
+    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.91, 0.30, False, 9.3),
     # The Triton GEMVs, refit in session 11 to their re-measurement (h200_triton_gemv_summary_2026-11-30_s11.json:
     # best config per cell, 8 shapes x M = 1, 4, 16; us = bytes / (4275 GB/s x bw_eff) + fixed_us, least squares per
     # format: `python -m tools.perf.fit_priors` on that file prints these values, mxfp8 0.50 for the 0.48 kept; worst
@@ -172,21 +173,21 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     ("cuda.w8a16_gemv", Format.MXFP8): Prior(0.91, 0.30, False, 3.1),  # 13 %
     # the W8A8 ones refit to session 19's table (the CUDA quantizer reads x once): fp8_tensor 4 cells (4 are
     # `_scaled_mm`'s or the Triton GEMM's), was 1.00 / 4.6 us over 6; fp8_row 7 cells, was 1.01 / 5.9 us. Now the
-    # fit to session 21's last measurement of every candidate at M = 1 (8 cells each, worst 6-18 % off), the run the
-    # one-launch GEMV's terms below come from, so the two compete on one run's numbers (was 1.01 / 5.1, 1.00 / 4.5,
-    # 0.94 / 3.6; tests/test_tools_probes.py checks them against that file).
-    ("cuda.w8a8_gemv", Format.FP8_TENSOR): Prior(1.02, 0.30, False, 5.6),
-    ("cuda.w8a8_gemv", Format.FP8_ROW): Prior(1.00, 0.30, False, 4.9),
-    ("cuda.w8a8_gemv", Format.FP8_BLOCK): Prior(0.94, 0.30, False, 3.7),  # 6 %
-    # the one-launch W8A8 GEMV, fit to its measurement with every config (session 21's second re-tune at M = 1, its
-    # two-row-tile configs included: `python -m tools.perf.fit_priors
-    # docs/perf/h200_candidates_decode_w8a8_m1_2026-11-30_s21b.json --m 1`, 8 cells each, worst 19-21 % off). Against
-    # the two-launch GEMV's terms it wins below ~30 MB of weight for fp8_tensor and ~11 MB for fp8_row, never for
-    # fp8_block, as measured (fp8_tensor won at 16-25 MB and tied at 17 MB; fp8_row won at 16 MB and lost by 1-5 %
-    # at 17-25 MB). Its first measurement (4 configs, no two-row tiles) fit 0.73-0.85 / 4.7-4.8 us.
-    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.84, 0.30, False, 4.1),
-    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.84, 0.30, False, 4.4),
-    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.84, 0.30, False, 5.0),
+    # fit to session 22's measurement of every candidate at M = 1 (`python -m tools.perf.fit_priors
+    # docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s22.json --m 1`, 8 cells each, worst 9-15 % off), the run
+    # the one-launch GEMV's terms below come from, so the two compete on one run's numbers (session 21's fit: 1.02 /
+    # 5.6, 1.00 / 4.9, 0.94 / 3.7; tests/test_tools_probes.py checks them against that file).
+    ("cuda.w8a8_gemv", Format.FP8_TENSOR): Prior(1.01, 0.30, False, 5.5),
+    ("cuda.w8a8_gemv", Format.FP8_ROW): Prior(1.00, 0.30, False, 4.7),
+    ("cuda.w8a8_gemv", Format.FP8_BLOCK): Prior(0.94, 0.30, False, 3.7),
+    # the one-launch W8A8 GEMV with persistent grids, the same fit (8 cells each, worst 25-27 % off: the fixed cost of
+    # quantizing x in every resident CTA does not scale with bytes). Against the two-launch GEMV's terms it wins below
+    # ~29 MB of weight for fp8_tensor, never for fp8_row or fp8_block; measured, it won fp8_tensor 4096x4096, 6144x4096
+    # and 8192x2560 and fp8_row 4096x4096 (17-25 MB) by 3-10 %, which the tables hold, and lost fp8_tensor 6656x2560
+    # by 2 %. Session 21's fit of its one-CTA-per-tile kernel: 0.84 / 4.1-5.0 us.
+    ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.94, 0.30, False, 5.0),
+    ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.94, 0.30, False, 5.4),
+    ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.93, 0.30, False, 6.0),
     ("triton.w8a16_gemv", Format.FP8_TENSOR): Prior(0.99, 0.30, False, 4.8),  # as fp8_row (same main loop)
     ("triton.w8a16_gemv", Format.FP8_ROW): Prior(0.99, 0.30, False, 4.8),  # worst cell 4 % off
     ("triton.w8a16_gemv", Format.MXFP8): Prior(0.80, 0.30, False, 7.0),  # 12 %

@@ -3,14 +3,16 @@
 Every CTA quantizes all of x into its own shared memory right after the wait for the previous grid (its first weight
 loads already in flight), then runs the W8A8 GEMV's loop on those codes. Against the two-launch route
 (`_launch.w8a8_gemv`: the fused quantizer, then the GEMV) it saves the quantizer's launch, the codes' round trip
-through global memory and the grid boundary between the two; it pays M x K divisions in EVERY CTA, so it is built for
-the smallest M: one token tile (M <= 8), with the codes in at most 48 KB of dynamic shared memory (no opt-in). The
-tuning tables decide where it wins. Codes and scales are the quantizer's bit for bit (the same device functions), so y
-equals the two-launch route's exactly (tests/test_cuda_kernels.py checks it on the GPU).
-"""
+through global memory and the grid boundary between the two; it pays M x K divisions in every CTA, so it is built for
+the smallest M: one token tile (M <= 8), with the codes in at most 48 KB of dynamic shared memory (no opt-in). A
+persistent config (FqGemvConfig.persistent; the candidate tries it first) launches only the CTAs the device keeps
+resident, each walking several row tiles, so x is quantized once per CTA rather than once per row tile. The tuning
+tables decide where it wins. Codes and scales are the quantizer's bit for bit (the same device functions), so y
+equals the two-launch route's exactly (tests/test_cuda_kernels.py checks it on the GPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any
@@ -28,6 +30,18 @@ from .configs import GemvConfig
 
 FQ_MAX_M = 8  # one 8-token MMA column tile: larger M repeats more divisions per CTA than a second launch costs
 SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without cuFuncSetAttribute
+
+
+@dataclasses.dataclass(frozen=True)
+class FqGemvConfig(GemvConfig):
+    """The GEMV's config, plus `persistent`: the grid holds only the CTAs the device keeps resident at once (the
+    driver's occupancy query for this kernel, block and shared memory), and each CTA walks row tiles blockIdx.x,
+    + gridDim.x, ... after one wait and one quantization of x, issuing the next tile's first weight loads before the
+    current tile's reduction. Without it, one CTA per row tile, each quantizing x (on the H200 in session 21 that lost
+    1.03-1.36x to the two-launch route wherever the grid ran more than one wave). The default is that session's kernel:
+    a table entry written before the field existed measured it. The candidate offers both, persistent first."""
+
+    persistent: bool = False
 
 
 def code_pitch(m: int, k: int) -> int:
@@ -59,40 +73,59 @@ def unsupported_reason(m: int, k: int, g: ActGranularity, cfg: GemvConfig) -> st
     return None
 
 
+def as_fq_config(cfg: GemvConfig) -> FqGemvConfig:
+    """A plain GemvConfig runs one CTA per row tile, as FqGemvConfig's default."""
+    return cfg if isinstance(cfg, FqGemvConfig) else FqGemvConfig(cfg.warps, cfg.mtiles, cfg.unroll)
+
+
 def fused_module(kind_code: int, m: int, cfg: GemvConfig, emulate_mma: bool = False,
                  force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
-    """The module key (source, entry, defines) of the one-launch GEMV: the two-launch GEMV's defines plus FP8D_CFG_FQ."""
+    """The module key (source, entry, defines) of the one-launch GEMV: the two-launch GEMV's defines plus FP8D_CFG_FQ
+    (and FP8D_CFG_PERSIST for a persistent config)."""
     name, _, d = gemv_module(True, kind_code, 0, m, cfg, emulate_mma, force_sw_cvt)
-    return name, "fp8d_w8a8_gemv_fq", tuple(sorted(d + (("FP8D_CFG_FQ", 1),)))
+    extra = (("FP8D_CFG_FQ", 1),) + ((("FP8D_CFG_PERSIST", 1),) if as_fq_config(cfg).persistent else ())
+    return name, "fp8d_w8a8_gemv_fq", tuple(sorted(d + extra))
+
+
+def resident_ctas(kernel: _driver.LoadedKernel, threads: int, smem: int) -> int:
+    """How many CTAs of `kernel` the whole device keeps resident at once (driver occupancy x SMs), at least 1."""
+    from cupy.cuda import Device  # noqa: PLC0415 (optional dependency; not on the hot path: _spec is cached)
+
+    with Device(kernel.device):
+        per_sm = _driver._api().occupancyMaxActiveBlocksPerMultiprocessor(kernel.fn_ptr, threads, smem)
+    return max(1, per_sm) * torch.cuda.get_device_properties(kernel.device).multi_processor_count
 
 
 @functools.lru_cache(maxsize=4096)
-def _spec(g: ActGranularity, m: int, n: int, k: int, cfg: GemvConfig, device: int, arch: str | None,
+def _spec(g: ActGranularity, m: int, n: int, k: int, cfg: FqGemvConfig, device: int, arch: str | None,
           emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
-    """(kernel, grid, block, smem, pdl), cached per shape: the decode hot path builds nothing in Python."""
+    """(kernel, grid, block, smem, pdl), cached per shape: the decode hot path builds nothing in Python and checks
+    nothing twice (the support check runs here, once per shape and config)."""
+    reason = unsupported_reason(m, k, g, cfg)
+    if reason:
+        raise UnsupportedError(reason + "; the two-launch kernels_cuda._launch.w8a8_gemv serves it")
     arch = arch or device_arch(device)
     kernel = _kernel(*fused_module(ACTQ_CODE[g], m, cfg, emulate_mma, force_sw_cvt), device, arch)
-    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), smem_bytes(m, k, g, cfg),
-            pdl_allowed(arch))
+    threads, smem, tiles = 32 * cfg.warps, smem_bytes(m, k, g, cfg), math.ceil(n / cfg.rows_per_cta)
+    grid = min(tiles, resident_ctas(kernel, threads, smem)) if cfg.persistent else tiles
+    return kernel, (grid, 1, 1), (threads, 1, 1), smem, pdl_allowed(arch)
 
 
 def w8a8_gemv_fq(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
                  out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *, arch: str | None = None,
                  emulate_mma: bool = False, force_sw_cvt: bool = False) -> torch.Tensor:
-    """W8A8 decode in one launch: y = dequantize(quantize_activation(x2d)) @ dequantize(qw).T (+ bias)."""
+    """W8A8 decode in one launch: y = dequantize(quantize_activation(x2d)) @ dequantize(qw).T (+ bias). `config`: an
+    FqGemvConfig, or a GemvConfig (one CTA per row tile)."""
     m, n, k = _check_gemv(x2d, qw)
     g = qw.act_granularity
     if g is None:
         raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
     if x2d.dtype not in DTYPE_CODE:
         raise UnsupportedError(f"activations of dtype {x2d.dtype} are not bf16, fp16 or fp32")
-    cfg = config or GemvConfig()
-    reason = unsupported_reason(m, k, g, cfg)
-    if reason:
-        raise UnsupportedError(reason + "; the two-launch kernels_cuda._launch.w8a8_gemv serves it")
+    cfg = as_fq_config(config or GemvConfig())
+    kernel, grid, block, smem, pdl = _spec(g, m, n, k, cfg, x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
-    kernel, grid, block, smem, pdl = _spec(g, m, n, k, cfg, x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), DTYPE_CODE[x2d.dtype], ptr(bias), ptr(y), m, n, k,
             code_pitch(m, k), DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)

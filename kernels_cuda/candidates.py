@@ -19,6 +19,7 @@ from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
 from . import _dequant_route, _launch, _w8a8_fused
+from ._w8a8_fused import FqGemvConfig
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
@@ -141,6 +142,7 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
     M x K divisions in every CTA instead, so only one token tile (M <= 8) whose codes fit 48 KB of shared memory."""
 
     id = "cuda.w8a8_gemv_fq"
+    config_type = FqGemvConfig
     # Session 21 on the H200: 0.89-0.94x the two-launch route's time on 4096x4096 at M = 1 (256 CTAs: one wave), 1.15-
     # 1.36x on the larger grids and on K = 14336 of the same N (every CTA pays the quantization), 1.3-2.8x at M = 4.
     # A neighbour's win says nothing of a shape: the fallback chain does not lend its entries.
@@ -158,15 +160,21 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
         return Support.no(reason) if reason else s
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        # Two-row-tile configs right after the default: half the CTAs, so half the CTAs that repeat the quantization
-        # (the GEMV's own order puts them after every one-tile config, past a 4-config tuning budget).
+        # Persistent first (x quantized once per resident CTA), then the default config one CTA per row tile (the
+        # session-21 kernel: the comparison in the same tuning run), then the other persistent configs, two-row-tile
+        # ones first (the GEMV's own order puts them after every one-tile config, past a 4-config tuning budget),
+        # then the rest one CTA per row tile.
         g = act_granularity(problem.fmt, problem.act)
         ok = [c for c in gemv_configs(problem, target) if _w8a8_fused.unsupported_reason(problem.m, problem.k, g, c)
               is None]
-        return ok[:1] + sorted(ok[1:], key=lambda c: -c.mtiles)
+        ordered = ok[:1] + sorted(ok[1:], key=lambda c: -c.mtiles)
+        fq = [FqGemvConfig(c.warps, c.mtiles, c.unroll, persistent) for persistent in (True, False) for c in ordered]
+        n = len(ordered)
+        return fq[:1] + fq[n:n + 1] + fq[1:n] + fq[n + 1:]
 
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        first = default_gemv_config(problem, target)
+        g = default_gemv_config(problem, target)
+        first = FqGemvConfig(g.warps, g.mtiles, g.unroll, persistent=True)
         ok = self.configs(problem, target)
         return first if first in ok or not ok else ok[0]
 

@@ -561,6 +561,36 @@ def test_one_launch_w8a8_special_values_and_every_config(launch, fmt):
             assert torch.isnan(y1[3]).all()
 
 
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_persistent_one_launch_w8a8_walks_many_row_tiles_bit_for_bit(launch, fmt):
+    """A persistent grid holds only the resident CTAs: on a weight of many more row tiles, each CTA runs several of
+    them after one quantization of x (the next tile's weight loads issued before the current tile's reduction). y must
+    equal the two-launch route's and the one-CTA-per-tile kernel's to the bit, for every config the candidate offers,
+    with a partial last tile and a bias."""
+    from dispatch.problem import Problem
+    from dispatch.target import detect
+    from kernels_cuda.candidates import CudaW8A8GemvFused
+    from kernels_cuda.configs import GemvConfig
+
+    fq, cand = _fused(), CudaW8A8GemvFused()
+    n, k = 40008, 1040  # 2501 16-row tiles, the last one half full: more than any config keeps resident on an H200
+    qw = dispatch.quantize(_weight(n, k, 11), fmt, act="fp8")
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    for m in (1, 5, 8):
+        x = _x(m, k, torch.bfloat16, 20 + m)
+        cfgs = cand.configs(Problem(fmt, Act.FP8, m, n, k), detect("cuda"))
+        assert any(c.persistent for c in cfgs) and any(not c.persistent for c in cfgs)
+        for cfg in cfgs:
+            _, grid, *_ = fq._spec(qw.act_granularity, m, n, k, cfg, torch.cuda.current_device(), None, False, False)
+            tiles = -(-n // cfg.rows_per_cta)
+            assert (grid[0] < tiles) == cfg.persistent, (cfg, grid, tiles)
+            y1 = fq.w8a8_gemv_fq(x, qw, bias, torch.float32, cfg)
+            # the same K split (warps) sums in the same order: the two-launch GEMV at the same geometry
+            y2 = launch.w8a8_gemv(x, qw, bias, torch.float32, GemvConfig(cfg.warps, cfg.mtiles, cfg.unroll))
+            assert _same_bits(y1, y2), f"{fmt} M = {m} {cfg}"
+        _check_close(fq.w8a8_gemv_fq(x, qw, bias, torch.bfloat16), x, qw, bias)
+
+
 def test_one_launch_w8a8_in_a_graph_with_programmatic_launches(launch):
     """Captured (programmatic launches: each kernel reads x only after its wait) between two kernels that write x, it
     must read the x of its position in the stream, as eager calls do."""

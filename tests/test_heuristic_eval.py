@@ -61,6 +61,9 @@ DECODE_W8A8_S20 = REPO / "docs/perf/h200_candidates_decode_w8a8_2026-11-30_s20.j
 DECODE_W8A8_M1_4_S21 = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s21.json"
 # Then its M = 1 keys again, the one-launch GEMV with every config (two-row tiles first): they replace those 24, last.
 DECODE_W8A8_M1_S21B = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_2026-11-30_s21b.json"
+# Session 22 made the one-launch GEMV's grid persistent (its one-CTA-per-tile configs still offered) and re-tuned the
+# 48 W8A8 cells at M = 1, 4 again (every candidate, one run; the other kernels' images unchanged): they replace those.
+DECODE_W8A8_M1_4_S22 = REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s22.json"
 # Session 11 re-measured the Triton GEMVs alone (every config, M = 1, 4, 16) after widening their spaces: their rows
 # replace the older Triton GEMV rows of those cells; the other candidates' rows stay.
 TRITON_GEMV_S11 = REPO / "docs/perf/h200_candidates_triton_gemv_2026-11-30_s11.json"
@@ -109,7 +112,7 @@ def _current_candidates() -> dict:
         cells = [dict(e, rows=[r for r in e["rows"] if r["route"] not in routes] + newer[_key(e)]) if _key(e) in newer
                  else e for e in cells]
     for path, count in ((CANDIDATES_S19, 136), (DECODE_W8A8_S19, 72), (DECODE_W8A8_S20, 72),
-                        (DECODE_W8A8_M1_4_S21, 48), (DECODE_W8A8_M1_S21B, 24)):
+                        (DECODE_W8A8_M1_4_S21, 48), (DECODE_W8A8_M1_S21B, 24), (DECODE_W8A8_M1_4_S22, 48)):
         cells = _overlay(cells, path, count)
     return {"main": cells}
 

@@ -343,12 +343,12 @@ def test_one_launch_w8a8_entries_are_not_lent_to_nearby_shapes():
     from dispatch import tables
     from dispatch.tables import TableSet, Tier
     from kernels_cuda.candidates import candidates as cuda_candidates
-    from kernels_cuda.configs import GemvConfig
+    from kernels_cuda._w8a8_fused import FqGemvConfig
 
     t = Target.simulated_for("sm_90", torch_version="2.11.0")
     cands = [c for c in cuda_candidates() if c.id in ("cuda.w8a8_gemv_fq", "cuda.w8a8_gemv")]
     fq = next(c for c in cands if c.id == "cuda.w8a8_gemv_fq")
-    cfg = GemvConfig(warps=8, mtiles=1, unroll=2)
+    cfg = FqGemvConfig(warps=8, mtiles=1, unroll=2, persistent=True)
     e = tables.make_entry("fp8_tensor", "fp8", 4096, 4096, 1, fq.id, cfg.to_dict(), registry.source_hash(fq), 7.4, 1e-3)
     ts = TableSet((Tier("device", tables.merge(tables.new_table(t), [e])),))
     d = select(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 4096), t, ts, cands)

@@ -93,15 +93,22 @@ def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
                                us=e["us"]) for e in entries if e["impl"] == "cuda.w8a16_gemv"]}
     cuda_fits = fit(table, ms=(1,))
     assert len(cuda_fits) == 2
-    # the CUDA W8A8 GEMVs' (two-launch and one-launch): the fit to session 21's last measurement of every candidate on
+    # the CUDA W8A8 GEMVs' (two-launch and one-launch): the fit to session 22's measurement of every candidate on
     # every W8A8 key at M = 1 (8 cells each; since the one-launch GEMV won 4 of the table's M = 1 keys, the table's
     # winners alone leave too few two-launch cells to fit)
-    cuda_fits += fit(json.loads((REPO / "docs/perf/h200_candidates_decode_w8a8_m1_2026-11-30_s21b.json").read_text()),
-                     ms=(1,))
+    s22 = json.loads((REPO / "docs/perf/h200_candidates_decode_w8a8_m1_4_2026-11-30_s22.json").read_text())
+    cuda_fits += fit(s22, ms=(1,))
     cuda_fits = [f for f in cuda_fits if f.candidate.startswith("cuda.w8a")]
     assert len(cuda_fits) == 8
     for f in cuda_fits:
         pr = ONE_ROW_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    # the one-launch GEMV at 2..8 tokens (MEASURED_PRIORS): the same run at M = 4 (7 cells: K = 14336 does not fit)
+    fq_fits = [f for f in fit(s22, ms=(4,)) if f.candidate == "cuda.w8a8_gemv_fq"]
+    assert len(fq_fits) == 3
+    for f in fq_fits:
+        assert f.cells == 7
+        pr = MEASURED_PRIORS[(f.candidate, Format(f.fmt))]
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
     gemv = {c.id: c for c in registry.candidates()}["triton.w8a16_gemv"]
     t = Target.simulated_for("sm_90", torch_version="2.11.0")

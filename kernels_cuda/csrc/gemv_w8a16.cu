@@ -25,6 +25,10 @@ struct W8A16Operands {
   };
 };
 
+#ifndef FP8D_CFG_PERSIST
+#define FP8D_CFG_PERSIST 0
+#endif
+
 template <int SCALE, int XKIND, int NT_, int MT_, int DEPTH_, bool kMxRest = false>
 struct W8A16Gemv {
   static_assert(!(SCALE == FP8D_SCALE_MX && XKIND == FP8D_DTYPE_F16), "MX exponents exceed the f16 range");
@@ -35,6 +39,12 @@ struct W8A16Gemv {
   static constexpr bool kHasRare = SCALE == FP8D_SCALE_MX && !kMxRest;
   using Rare = W8A16Gemv<SCALE, XKIND, NT_, MT_, DEPTH_, true>;
   static constexpr bool kPartial = SCALE == FP8D_SCALE_BLOCK;
+#if FP8D_CFG_PERSIST
+  // An experiment (tools/perf/probe_persistent_gemv.py; no launcher sizes such a grid yet): a grid of the resident
+  // CTAs walking several row tiles each. Not with mxfp8's per-CTA Rare policy. Declared only when asked for: the
+  // member alone changes the other modules' images (NVRTC 13.0), which tools.restamp_table --images-equal checks.
+  static constexpr bool kPersistent = true;
+#endif
   static constexpr bool kUniformScale = SCALE == FP8D_SCALE_TENSOR;
   static constexpr bool kRowScale = SCALE == FP8D_SCALE_ROW;
   static constexpr bool kTokScale = false;

@@ -142,6 +142,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv(
 }
 #else
 #include "act_quant_common.cuh"
+#ifndef FP8D_CFG_PERSIST
+#define FP8D_CFG_PERSIST 0
+#endif
 
 // FQ: the W8A8 GEMV in ONE launch (kernels_cuda/_w8a8_fused.py, candidate cuda.w8a8_gemv_fq). Each CTA quantizes
 // all of x into its shared memory in prologue(), right after the wait for the previous grid and while its first
@@ -155,6 +158,12 @@ struct W8A8GemvFq : W8A8Gemv<ACTQ, NT_, MT_, DEPTH_> {
   using Base = W8A8Gemv<ACTQ, NT_, MT_, DEPTH_>;
   using typename Base::Half;
   static constexpr bool kPrologue = true;
+#if FP8D_CFG_PERSIST
+  // The launcher's grid holds only the resident CTAs, each runs several row tiles, so x is quantized once per CTA
+  // instead of once per row tile (kernels_cuda/_w8a8_fused.py sizes the grid). Declared only with FP8D_CFG_PERSIST:
+  // the member alone changes the image of the one-CTA-per-tile module (NVRTC 13.0).
+  static constexpr bool kPersistent = true;
+#endif
   const void* __restrict__ x;
   int x_kind, qpitch;
   uint8_t* sq;  // == xq, writable

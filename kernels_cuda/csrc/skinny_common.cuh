@@ -103,6 +103,16 @@ __device__ constexpr bool fp8d_has_prologue(long) {
   return false;
 }
 
+// P::kPersistent if policy P defines it, else false (a function for the same reason as fp8d_has_prologue).
+template <class P>
+__device__ constexpr auto fp8d_is_persistent(int) -> decltype(P::kPersistent) {
+  return P::kPersistent;
+}
+template <class P>
+__device__ constexpr bool fp8d_is_persistent(long) {
+  return false;
+}
+
 // The driver. P (a family policy) provides:
 //   MT, NT, DEPTH                    tile shape and weight steps in flight
 //   kPartial                         MMAs accumulate per step (into `part`), finish() folds them into acc
@@ -123,6 +133,10 @@ __device__ constexpr bool fp8d_has_prologue(long) {
 //   kPrologue / prologue()           work of the whole CTA (barriers allowed) right after the wait for the
 //                                    previous grid, before the first x load: the W8A8 GEMV that quantizes
 //                                    x itself (gemv_w8a8.cu, FP8D_CFG_FQ) fills shared memory there
+//   kPersistent                      the grid is smaller than the row tiles (the launcher sizes it to the
+//                                    resident CTAs): a CTA runs tiles blockIdx.x, + gridDim.x, ... after ONE
+//                                    wait and ONE prologue, and issues the next tile's first weight loads
+//                                    before the current tile's reduction (no kHasRare: the policy is per CTA)
 template <class P, bool kPrefetch>
 __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
@@ -195,80 +209,100 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const Fp8dLane L = fp8d_lane();
   const int nsteps = (K + FP8D_KSTEP - 1) / FP8D_KSTEP;
-  const int n0 = blockIdx.x * ROWS;  // the launcher's grid: one CTA per row tile
-  if (n0 >= N) return;               // the whole CTA: no barrier is pending
+  constexpr bool kPersistent = fp8d_is_persistent<P>(0);
+  static_assert(!kPersistent || !P::kHasRare, "a persistent CTA chooses no policy per tile");
+  // The launcher's grid: one CTA per row tile, or (kPersistent) the first of the CTA's tiles.
+  const int n_first = blockIdx.x * ROWS;
+  if (n_first >= N) return;  // the whole CTA: no barrier is pending
   Fp8dWeightStep<MT> ring[D];
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
   // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n0, L, N, K, warp + d * nwarps);
+    if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
   fp8d_allow_dependent_grid();
   // Which policy runs the loop: read before the wait (only weight data), so its latency hides behind the
   // previous grid's tail and this CTA's first weight loads. CTA-uniform (a barrier inside).
   bool rare = false;
-  if constexpr (P::kHasRare) rare = p.cta_needs_rare(n0);
+  if constexpr (P::kHasRare) rare = p.cta_needs_rare(n_first);
   fp8d_wait_prior_grid();
   // The prologue reads x (the previous grid may have written it): after the wait, the weight loads above in flight.
   if constexpr (fp8d_has_prologue<P>(0)) p.prologue();
-  if (kPrefetch && warp < nsteps) {
-    p.load_half(half[0][0], n0, L, warp, 0);
-    p.load_half(half[0][1], n0, L, warp, 1);
-    if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
-  }
-  // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
-  // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
-  constexpr bool kEarlyOut = MT * NT <= 2;
-  float uscale = 1.0f, tscale = 1.0f, rscale = 1.0f, rbias = 0.0f;
-  auto load_out = [&]() {
-    if constexpr (P::kUniformScale) uscale = p.uniform_scale();
-    if constexpr (P::kTokScale) tscale = threadIdx.x < M ? p.tok_scale(threadIdx.x) : 1.0f;
-    if (threadIdx.x < ROWS && n0 + (int)threadIdx.x < N) {
-      if constexpr (P::kRowScale) rscale = p.row_scale(n0 + threadIdx.x);
-      if (bias != nullptr) rbias = fp8d_load_as_f32(bias, n0 + threadIdx.x, bias_kind);
+  for (int next_n0 = n_first;;) {  // one pass unless kPersistent
+    const int n0 = next_n0;
+    if (kPrefetch && warp < nsteps) {
+      p.load_half(half[0][0], n0, L, warp, 0);
+      p.load_half(half[0][1], n0, L, warp, 1);
+      if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
     }
-  };
-  if constexpr (kEarlyOut) load_out();
+    // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
+    // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
+    constexpr bool kEarlyOut = MT * NT <= 2;
+    float uscale = 1.0f, tscale = 1.0f, rscale = 1.0f, rbias = 0.0f;
+    auto load_out = [&]() {
+      if constexpr (P::kUniformScale) uscale = p.uniform_scale();
+      if constexpr (P::kTokScale) tscale = threadIdx.x < M ? p.tok_scale(threadIdx.x) : 1.0f;
+      if (threadIdx.x < ROWS && n0 + (int)threadIdx.x < N) {
+        if constexpr (P::kRowScale) rscale = p.row_scale(n0 + threadIdx.x);
+        if (bias != nullptr) rbias = fp8d_load_as_f32(bias, n0 + threadIdx.x, bias_kind);
+      }
+    };
+    if constexpr (kEarlyOut) load_out();
 
-  float acc[MT][NT][4];
-  fp8d_zero<NSLOT>(&acc[0][0][0]);
-  if constexpr (P::kHasRare) {
-    if (rare) {
-      fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K, warp,
-                                                           nwarps, nsteps);
+    float acc[MT][NT][4];
+    fp8d_zero<NSLOT>(&acc[0][0][0]);
+    if constexpr (P::kHasRare) {
+      if (rare) {
+        fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K, warp,
+                                                             nwarps, nsteps);
+      } else {
+        fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
+      }
     } else {
       fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
     }
-  } else {
-    fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
-  }
-
-  if constexpr (!kEarlyOut) load_out();
-  // Reduction over the K-splitting warps in a fixed order (run-to-run deterministic), then the epilogue.
+    // kPersistent: the ring is free; the next tile's first weight loads go out now, in flight during this
+    // tile's reduction and epilogue.
+    int n_next = N;
+    if constexpr (kPersistent) {
+      n_next = n0 + gridDim.x * ROWS;
+      if (n_next < N) {
 #pragma unroll
-  for (int f = 0; f < NSLOT; ++f) fp8d_red[(warp * NSLOT + f) * 32 + lane] = (&acc[0][0][0])[f];
-  float* row_s = Smem::row_scale(fp8d_red, nwarps);
-  float* row_b = Smem::row_bias(fp8d_red, nwarps);
-  float* tok_s = Smem::tok_scale(fp8d_red, nwarps);
-  if (threadIdx.x < ROWS) {
-    row_s[threadIdx.x] = rscale;
-    row_b[threadIdx.x] = rbias;
-  }
-  if (threadIdx.x < 32) tok_s[threadIdx.x] = tscale;
-  __syncthreads();
-  for (int i = threadIdx.x; i < NSLOT * 32; i += blockDim.x) {
-    const int f = i >> 5, ln = i & 31;
-    int r, tok;
-    fp8d_frag_coords(f, ln, NT, r, tok);
-    const int row = n0 + r;
-    if (row >= N || tok >= M) continue;
-    float v = 0.0f;
-    for (int wp = 0; wp < nwarps; ++wp) v += fp8d_red[(wp * NSLOT + f) * 32 + ln];
-    if constexpr (P::kUniformScale) v *= uscale;
-    if constexpr (P::kRowScale && P::kTokScale) v *= tok_s[tok] * row_s[r];
-    if constexpr (P::kRowScale && !P::kTokScale) v *= row_s[r];
-    if (bias != nullptr) v += row_b[r];
-    fp8d_store_from_f32(y, (long long)tok * N + row, v, out_kind);
+        for (int d = 0; d < D; ++d)
+          if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[d], w, n_next, L, N, K, warp + d * nwarps);
+      }
+    }
+
+    if constexpr (!kEarlyOut) load_out();
+    // Reduction over the K-splitting warps in a fixed order (run-to-run deterministic), then the epilogue.
+#pragma unroll
+    for (int f = 0; f < NSLOT; ++f) fp8d_red[(warp * NSLOT + f) * 32 + lane] = (&acc[0][0][0])[f];
+    float* row_s = Smem::row_scale(fp8d_red, nwarps);
+    float* row_b = Smem::row_bias(fp8d_red, nwarps);
+    float* tok_s = Smem::tok_scale(fp8d_red, nwarps);
+    if (threadIdx.x < ROWS) {
+      row_s[threadIdx.x] = rscale;
+      row_b[threadIdx.x] = rbias;
+    }
+    if (threadIdx.x < 32) tok_s[threadIdx.x] = tscale;
+    __syncthreads();
+    for (int i = threadIdx.x; i < NSLOT * 32; i += blockDim.x) {
+      const int f = i >> 5, ln = i & 31;
+      int r, tok;
+      fp8d_frag_coords(f, ln, NT, r, tok);
+      const int row = n0 + r;
+      if (row >= N || tok >= M) continue;
+      float v = 0.0f;
+      for (int wp = 0; wp < nwarps; ++wp) v += fp8d_red[(wp * NSLOT + f) * 32 + ln];
+      if constexpr (P::kUniformScale) v *= uscale;
+      if constexpr (P::kRowScale && P::kTokScale) v *= tok_s[tok] * row_s[r];
+      if constexpr (P::kRowScale && !P::kTokScale) v *= row_s[r];
+      if (bias != nullptr) v += row_b[r];
+      fp8d_store_from_f32(y, (long long)tok * N + row, v, out_kind);
+    }
+    if (n_next >= N) break;  // always taken unless kPersistent
+    next_n0 = n_next;
+    __syncthreads();  // the epilogue above read the shared partials the next tile's reduction writes
   }
 }

@@ -39,7 +39,7 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda._dequant_route import scale_cols_module
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
-    from kernels_cuda._w8a8_fused import FQ_MAX_M, fused_module
+    from kernels_cuda._w8a8_fused import FQ_MAX_M, FqGemvConfig, fused_module
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
     out: list[tuple[str, str, tuple, str]] = []
@@ -58,9 +58,11 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
                 for g in ActGranularity:
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate)
                     out.append(("gemv", name, d, a))
-                    if m <= FQ_MAX_M:  # the one-launch W8A8 GEMV (kernels_cuda/_w8a8_fused.py)
-                        name, _, d = fused_module(ACTQ_CODE[g], m, cfg, emulate)
-                        out.append(("gemv", name, d, a))
+                    if m <= FQ_MAX_M:  # the one-launch W8A8 GEMV (kernels_cuda/_w8a8_fused.py), persistent or not
+                        for persistent in (True, False):
+                            fq_cfg = FqGemvConfig(cfg.warps, cfg.mtiles, cfg.unroll, persistent)
+                            name, _, d = fused_module(ACTQ_CODE[g], m, fq_cfg, emulate)
+                            out.append(("gemv", name, d, a))
         if not emulate:  # the quantizers and the dequant kernel have no MMA to emulate
             out.append(("act_quant", *act_quant_module(), a))
             for fmt in Format:
