@@ -93,7 +93,15 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
     decision = select(problem, target, tables, cands, current_policy(),
                       unavailable=registry.unavailable_backends())
     unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c, target))
-    return Explanation(m, problem, target, decision, tables, unvalidated, _notes(problem, target))
+    notes = _notes(problem, target)
+    if "kernels_cuda.decode_tiles" in qw._cache and decision.candidate_id in ("cuda.w8a16_gemv", "cuda.w8a8_gemv"):
+        from kernels_cuda import _tiles  # noqa: PLC0415 (the tiles exist, so the backend was imported)
+
+        used = _tiles.helps(decision.config, qw.act, qw.format)
+        notes += ("this weight has decode tiles (dispatch.add_decode_tiles): the CUDA GEMV "
+                  + ("reads them at this config" if used else "keeps the row-major codes at this config (one row "
+                     "tile, ring of 1: the row-major module fits three CTAs per SM there, the tiled one does not)"),)
+    return Explanation(m, problem, target, decision, tables, unvalidated, notes)
 
 
 def _notes(problem: Problem, target: Target) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from dispatch.formats import Act, Format, QWeight, act_granularity
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
-from . import _dequant_route, _launch, _w8a8_fused
+from . import _dequant_route, _launch, _tiles, _w8a8_fused
 from ._w8a8_fused import FqGemvConfig
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
 
@@ -99,6 +99,9 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
 
     id = "cuda.w8a16_gemv"
     serves = frozenset((f, Act.BF16) for f in Format)
+    # Not hashed: kernels_cuda/_tiles.py. The tables' entries time the row-major codes; a weight given decode tiles
+    # (opt-in, dispatch.add_decode_tiles) runs the same kernel on them, bit-identical and measured faster at the
+    # tables' configs where _tiles.helps (session 22), so those entries' choice stands for it too.
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a16.cu",)
 
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
@@ -111,6 +114,8 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
+        if _tiles.TILES_KEY in qw._cache and _tiles.helps(config, Act.BF16, qw.format):  # dispatch.add_decode_tiles
+            return _tiles.w8a16_gemv_tiled(x2d, qw, bias, out_dtype, config)
         return _launch.w8a16_gemv(x2d, qw, bias, out_dtype, config)
 
 
@@ -133,6 +138,8 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.FP8)
+        if _tiles.TILES_KEY in qw._cache and _tiles.helps(config, Act.FP8, qw.format):  # dispatch.add_decode_tiles
+            return _tiles.w8a8_gemv_tiled(x2d, qw, bias, out_dtype, config)
         return _launch.w8a8_gemv(x2d, qw, bias, out_dtype, config)
 
 
@@ -145,6 +152,8 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
     config_type = FqGemvConfig
     # Session 21 on the H200: 0.89-0.94x the two-launch route's time on 4096x4096 at M = 1 (256 CTAs: one wave), 1.15-
     # 1.36x on the larger grids and on K = 14336 of the same N (every CTA pays the quantization), 1.3-2.8x at M = 4.
+    # Session 22's persistent grids (one quantization per resident CTA): up to 2.55x faster than that on multi-wave
+    # grids, still 0.89-1.29x the two-launch route at M = 1 (faster in 6 of 24 cells) and 1.07-1.85x at M = 4.
     # A neighbour's win says nothing of a shape: the fallback chain does not lend its entries.
     lent_to_nearby_shapes = False
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant_common.cuh",

@@ -495,7 +495,7 @@ def test_model_skinny_loop_reads_every_step_once_from_the_right_slot(depth, pref
     for token in ("constexpr int R = (D % NB == 0) ? D : NB * D;", "for (int s0 = warp; s0 < nsteps; s0 += R * nwarps)",
                   "const int s = s0 + r * nwarps;", "const int b = (r + 1) % NB;",
                   "fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);",
-                  "if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT>(ring[r % D], w, n0, L, N, K, s + D * nwarps);"):
+                  "if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT, kTiled>(ring[r % D], w, n0, L, N, K, s + D * nwarps);"):
         assert token in src, token
 
 

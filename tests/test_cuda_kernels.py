@@ -621,3 +621,73 @@ def test_one_launch_w8a8_refuses_what_it_cannot_serve(launch):
         fq.w8a8_gemv_fq(_x(9, 14336, torch.bfloat16, 1), qw)
     with pytest.raises(UnsupportedError, match="shared memory"):
         fq.w8a8_gemv_fq(_x(4, 14336, torch.bfloat16, 1), qw)
+
+
+# ---- decode tiles (kernels_cuda/_tiles.py, dispatch.add_decode_tiles): the same GEMVs on the tiled layout ----------
+
+def _tiles():
+    from kernels_cuda import _tiles
+
+    return _tiles
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt,act", FAMILIES)
+def test_gemv_on_decode_tiles_equals_the_row_major_codes_bit_for_bit(launch, fmt, act, path):
+    """The tiled layout changes where each 16-byte chunk is read from, nothing else: y must be the row-major launch's
+    to the bit, on partial 16/32-row tiles (N % 32 != 0), K % 128 != 0 and K < 128, every token-tile size, a bias,
+    under every config at M = 5 (native path), and on each MMA path."""
+    tl = _tiles()
+    kw = PATHS[path]
+    tiled_launch, row_launch = ((tl.w8a8_gemv_tiled, launch.w8a8_gemv) if act == "fp8" else
+                                (tl.w8a16_gemv_tiled, launch.w8a16_gemv))
+    for (n, k), seed in zip(SHAPES, itertools.count(80)):
+        qw = dispatch.add_decode_tiles(dispatch.quantize(_weight(n, k, seed), fmt, act=act))
+        bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+        for m in (1, 5, 16, 27):
+            x = _x(m, k, torch.bfloat16, seed + m)
+            cfgs = _every_config(m) if m == 5 and path == "native" else [None]
+            for cfg in cfgs:
+                for b in (None, bias):
+                    y1 = tiled_launch(x, qw, b, torch.float32, cfg, **kw)
+                    y2 = row_launch(x, qw, b, torch.float32, cfg, **kw)
+                    assert _same_bits(y1, y2), f"{fmt}/{act} {path} [{m}, {n}, {k}] {cfg} bias={b is not None}"
+
+
+def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
+    """dispatch.add_decode_tiles opts a weight in: a CUDA GEMV pick reads the tiles (the same bits as without them),
+    captured in a CUDA graph too; a config where the tiles do not help (one tile, ring of 1, three CTAs per SM) keeps
+    the row-major codes;
+    QWeight.to() drops the tiles; a CPU weight or foreign tiles get typed errors."""
+    from dispatch.errors import FormatError, UnsupportedError
+    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A8Gemv
+    from kernels_cuda.configs import THREE_CTAS_AT_RING_1, GemvConfig
+
+    tl = _tiles()
+    for cand, fmt, act in ((CudaW8A16Gemv(), Format.FP8_ROW, "bf16"), (CudaW8A8Gemv(), Format.FP8_BLOCK, "fp8")):
+        plain = dispatch.quantize(_weight(6144, 4096, 3), fmt, act=act)
+        tiled = dispatch.quantize(_weight(6144, 4096, 3), fmt, act=act)
+        assert dispatch.add_decode_tiles(tiled) is tiled and tl.decode_tiles(tiled) is not None
+        first = tl.decode_tiles(tiled)
+        assert dispatch.add_decode_tiles(tiled) is tiled and tl.decode_tiles(tiled) is first  # made once
+        x = _x(4, 4096, torch.bfloat16, 3)
+        with dispatch.force(cand.id):
+            assert _same_bits(dispatch.linear(x, tiled), dispatch.linear(x, plain))
+            graph, outs = _capture(lambda: [dispatch.linear(x, tiled)])
+            graph.replay()
+            torch.cuda.synchronize()
+            assert _same_bits(outs[0], dispatch.linear(x, plain))
+        # the run() switch: tiles used only where they help, the same bits either way
+        for cfg in (GemvConfig(8, 1, 1), GemvConfig(8, 2, 1), GemvConfig(4, 1, 4)):
+            three = (Act(act), fmt) in THREE_CTAS_AT_RING_1
+            assert tl.helps(cfg, Act(act), fmt) == (cfg.mtiles > 1 or cfg.unroll > 1 or not three)
+            y = cand.run(x, tiled, None, None, torch.bfloat16, cfg)
+            assert _same_bits(y, cand.run(x, plain, None, None, torch.bfloat16, cfg))
+        assert tl.decode_tiles(tiled.to("cpu")) is None
+    qw = dispatch.quantize(_weight(300, 1040, 4), Format.FP8_ROW, act="bf16")
+    with pytest.raises(FormatError, match="no decode tiles"):
+        tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw)
+    with pytest.raises(FormatError, match="tiled layout"):
+        tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw, tiles=torch.zeros(10, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(UnsupportedError, match="on cpu"):
+        dispatch.add_decode_tiles(qw.to("cpu"))

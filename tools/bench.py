@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tables", default="", help="set FP8DISPATCH_TUNING_DIR (overlay table dir) for this run")
     ap.add_argument("--skip", default="torch.reference", help="candidates never benchmarked (ids/backends/globs)")
     ap.add_argument("--no-candidates", action="store_true", help="only dispatch, bf16, _scaled_mm, GemLite rows")
+    ap.add_argument("--decode-tiles", action="store_true",
+                    help="give every weight copy its decode tiles (dispatch.add_decode_tiles, +N x K bytes each): the "
+                         "dispatched path as an engine that opted in runs it")
     ap.add_argument("--quick", action="store_true", help="smoke test: 4096x4096, M 1 and 256, short timing")
     ap.add_argument("--out", default="bench_out", help="output directory")
     ap.add_argument("--budget-s", type=float, default=0.0, help="stop starting new shapes after this many seconds")
@@ -117,6 +120,7 @@ class Bench:
                      "commit": _git_commit(), "sources": source_digest(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
                      "command": "python -m tools.bench " + " ".join(sys.argv[1:]),
                      "overlay_tables": os.environ.get("FP8DISPATCH_TUNING_DIR", ""),
+                     "decode_tiles": bool(getattr(args, "decode_tiles", False)),
                      "unavailable_backends": registry.unavailable_backends(),
                      "method": "graph replay of R calls rotating over weight copies (> 3.3x L2 per rotation), "
                                "median per call; eager = median CUDA-event interval of back-to-back calls"},
@@ -161,7 +165,13 @@ class Bench:
         from tools.perf.workload import build_weight_set
 
         try:
-            return build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
+            ws = build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
+            if getattr(self.args, "decode_tiles", False) and w.is_cuda and w.shape[1] % 16 == 0:
+                import dispatch
+
+                for c in ws.copies:
+                    dispatch.add_decode_tiles(c)
+            return ws
         except Exception as e:
             self._device_lost(e)
             self.results["errors"].append(f"{what}: quantize failed: {_short(e)}")

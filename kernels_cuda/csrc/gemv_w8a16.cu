@@ -28,6 +28,9 @@ struct W8A16Operands {
 #ifndef FP8D_CFG_PERSIST
 #define FP8D_CFG_PERSIST 0
 #endif
+#ifndef FP8D_CFG_TILED
+#define FP8D_CFG_TILED 0
+#endif
 
 template <int SCALE, int XKIND, int NT_, int MT_, int DEPTH_, bool kMxRest = false>
 struct W8A16Gemv {
@@ -39,6 +42,11 @@ struct W8A16Gemv {
   static constexpr bool kHasRare = SCALE == FP8D_SCALE_MX && !kMxRest;
   using Rare = W8A16Gemv<SCALE, XKIND, NT_, MT_, DEPTH_, true>;
   static constexpr bool kPartial = SCALE == FP8D_SCALE_BLOCK;
+#if FP8D_CFG_TILED
+  // The weight's decode tiles (kernels_cuda/_tiles.py): skinny_common.cuh's tiled layout. Declared only when asked
+  // for, as kPersistent below.
+  static constexpr bool kTiledWeights = true;
+#endif
 #if FP8D_CFG_PERSIST
   // An experiment (tools/perf/probe_persistent_gemv.py; no launcher sizes such a grid yet): a grid of the resident
   // CTAs walking several row tiles each. Not with mxfp8's per-CTA Rare policy. Declared only when asked for: the

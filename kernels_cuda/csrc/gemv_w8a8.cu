@@ -10,6 +10,10 @@
 // launch, each CTA quantizing x itself.
 #include "skinny_common.cuh"
 
+#ifndef FP8D_CFG_TILED
+#define FP8D_CFG_TILED 0
+#endif
+
 template <int ACTQ, int NT_, int MT_, int DEPTH_>
 struct W8A8Gemv {
   static constexpr int MT = MT_, NT = NT_, DEPTH = DEPTH_;
@@ -20,6 +24,11 @@ struct W8A8Gemv {
   static constexpr bool kRowScale = ACTQ == FP8D_ACTQ_TOKEN;
   static constexpr bool kTokScale = ACTQ == FP8D_ACTQ_TOKEN;
   static constexpr bool kHasRare = false;  // one policy for every input (no Rare, rare(), cta_needs_rare())
+#if FP8D_CFG_TILED
+  // The weight's decode tiles (kernels_cuda/_tiles.py): skinny_common.cuh's tiled layout. Declared only when asked
+  // for: the member alone would change the other modules' images.
+  static constexpr bool kTiledWeights = true;
+#endif
 
   struct Half {
     uint4 x[NT];  // [token tile]: this lane's 16 codes of chunk q

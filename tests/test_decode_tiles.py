@@ -1,0 +1,103 @@
+"""Decode tiles (kernels_cuda/_tiles.py, dispatch.add_decode_tiles) on the CPU: the layout the tiled GEMV loads read
+(csrc/skinny_common.cuh fp8d_load_weight_step<MT, true>), the typed errors, and the tiled modules compiling through
+NVRTC without spills. The GPU half (bit-identical to the row-major codes, dispatch, graphs) is in
+tests/test_cuda_kernels.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch.errors import FormatError, UnsupportedError
+
+
+def _tiles():
+    pytest.importorskip("cupy")
+    from kernels_cuda import _tiles
+
+    return _tiles
+
+
+@pytest.mark.parametrize("n,k", [(16, 128), (40, 272), (300, 1040), (33, 16), (64, 4096)])
+def test_tiled_layout_is_what_the_kernel_loads(n, k):
+    """Lane (g, t) of a warp reads, for row tile T, K step S, half h and chunk q, the 16 bytes at
+    ((T * steps + S) * 2048) + (2 h + q) * 512 + (4 g + t) * 16: they must be the row-major codes
+    [16 T + 8 h + g, 128 S + 64 q + 16 t : + 16], zero past N or K."""
+    tl = _tiles()
+    codes = torch.randint(0, 256, (n, k), dtype=torch.uint8, generator=torch.Generator().manual_seed(n * k))
+    tiles = tl.tile_codes(codes)
+    steps, rows = -(-k // 128), -(-n // tl.ROW_MULTIPLE) * tl.ROW_MULTIPLE
+    assert tiles.dtype == torch.uint8 and tiles.numel() == rows * steps * 128
+    padded = torch.zeros(rows, steps * 128, dtype=torch.uint8)
+    padded[:n, :k] = codes
+    # every chunk at once: index arrays over (T, S, h, q, g, t), then compare the 16-byte rows
+    T, S, h, q, g, t = torch.meshgrid(*(torch.arange(v) for v in (rows // 16, steps, 2, 2, 8, 4)), indexing="ij")
+    off = ((T * steps + S) * 2048 + (2 * h + q) * 512 + (4 * g + t) * 16).reshape(-1)
+    row, col = (16 * T + 8 * h + g).reshape(-1), (128 * S + 64 * q + 16 * t).reshape(-1)
+    got = tiles.view(-1, 16)[off // 16]
+    want = padded.view(rows, steps * 8, 16)[row, col // 16]
+    assert torch.equal(got, want)
+
+
+def test_tiles_refuse_what_they_cannot_serve():
+    tl = _tiles()
+    qw = dispatch.quantize(torch.randn(64, 256), "fp8_row")
+    with pytest.raises(UnsupportedError, match="on cpu"):
+        dispatch.add_decode_tiles(qw)
+    assert tl.decode_tiles(qw) is None
+    with pytest.raises(FormatError, match="no decode tiles"):
+        tl._tiles_of(qw, None)
+    with pytest.raises(FormatError, match="tiled layout of a \\[64, 256\\]"):
+        tl._tiles_of(qw, torch.zeros(7, dtype=torch.uint8))
+    from dispatch.formats import Act, Format
+    from kernels_cuda.configs import GemvConfig
+
+    # one row tile, ring of 1: row-major there fits three CTAs per SM for fp8_row (not for mxfp8 or W8A8 fp8_block)
+    assert not tl.helps(GemvConfig(8, 1, 1), Act.BF16, Format.FP8_ROW)
+    assert not tl.helps(GemvConfig(4, 1, 1), Act.FP8, Format.FP8_ROW)
+    assert tl.helps(GemvConfig(4, 1, 1), Act.BF16, Format.MXFP8) and tl.helps(GemvConfig(8, 1, 1), Act.FP8, Format.FP8_BLOCK)
+    assert tl.helps(GemvConfig(8, 1, 2), Act.BF16, Format.FP8_ROW) and tl.helps(GemvConfig(4, 2, 1), Act.FP8, Format.FP8_ROW)
+
+
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90"])
+def test_tiled_gemv_modules_compile_without_spills(arch):
+    """The tiled loads add address registers: every (family, token tile, row tiles, ring) the launchers can ask for
+    still compiles under __launch_bounds__(256, 2) without local-memory spills."""
+    tl = _tiles()
+    from kernels_cuda import compiler
+    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda.configs import MAX_UNROLL, GemvConfig
+    from dispatch.formats import ActGranularity, Format
+
+    reason = compiler.nvrtc_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    kinds = [(False, SCALE_CODE[f], DTYPE_CODE[torch.bfloat16]) for f in (Format.FP8_ROW, Format.MXFP8)]
+    kinds += [(True, ACTQ_CODE[ActGranularity.PER_TOKEN_GROUP_128], 0)]
+    for w8a8, code, xkind in kinds:
+        for m in (1, 16):
+            for cfg in (GemvConfig(8, mt, u) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)):
+                if not cfg.fits(m):
+                    continue
+                name, _, d = tl._tiled_module(w8a8, code, xkind, m, cfg, False, False)
+                res = compiler.ptxas_resources(compiler.compile_module(name, arch, dict(d)).log)
+                assert res.get("spill_bytes", 0) == 0, (w8a8, code, m, cfg, res)
+
+
+def test_explain_says_whether_the_decode_tiles_are_read():
+    """A weight with decode tiles: explain() notes whether the CUDA GEMV it picks reads them at the chosen config (the
+    tiles are built here with torch on the CPU, as add_decode_tiles would on the GPU; selection needs no device)."""
+    tl = _tiles()
+    from dispatch.target import Target
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    qw = dispatch.quantize(torch.randn(4096, 4096), "fp8_row")
+    e = dispatch.explain(1, qw, target=t)
+    assert e.decision.candidate_id == "cuda.w8a16_gemv" and not any("decode tiles" in n for n in e.notes)
+    qw._cache[tl.TILES_KEY] = tl.tile_codes(qw.qdata)
+    e = dispatch.explain(1, qw, target=t)
+    note = next(n for n in e.notes if "decode tiles" in n)
+    used = tl.helps(e.decision.config, qw.act, qw.format)
+    assert ("reads them" in note) == used and ("keeps the row-major codes" in note) == (not used)
+    assert note in str(e)
