@@ -90,6 +90,11 @@ def variants() -> list[Variant]:
     v += [_gemv8_fq(s, f, 1) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
                                           ("group", Format.FP8_BLOCK))]
     v += [_gemv8_fq("group", Format.FP8_BLOCK, 2)]
+    # the persistent one-launch GEMV (a loop over row tiles around the same body), and the GEMVs on decode tiles
+    # (kernels_cuda/_tiles.py: predicate-free 16-byte loads at computed block offsets)
+    v += [_gemv8_fq("group", Format.FP8_BLOCK, 1, persistent=True)]
+    v += [_tiled(x) for x in (_gemv16("row", Format.FP8_ROW, 0, 1, 1), _gemv16("mx", Format.MXFP8, 0, 1, 1),
+                              _gemv8("group", Format.FP8_BLOCK, 1, 1), _gemv8("token", Format.FP8_ROW, 2, 16, mt=2))]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):
@@ -105,15 +110,22 @@ def variants() -> list[Variant]:
     return v
 
 
-def _gemv8_fq(scheme: str, fmt: Format, mt: int) -> Variant:
-    from ._w8a8_fused import fused_module  # noqa: PLC0415
-    from .configs import GemvConfig, deepest_ring  # noqa: PLC0415
+def _gemv8_fq(scheme: str, fmt: Format, mt: int, persistent: bool = False) -> Variant:
+    from ._w8a8_fused import FqGemvConfig, fused_module  # noqa: PLC0415
+    from .configs import deepest_ring  # noqa: PLC0415
 
     u = deepest_ring(1, mt)
     g = {"tensor": 0, "token": 1, "group": 2}[scheme]
-    name, _, d = fused_module(g, 1, GemvConfig(8, mt, u))
-    return Variant(f"w8a8_gemv_fq[{scheme},M<=8,mt={mt},u={u}]", name, d, Problem(fmt, Act.FP8, 1, 4096, 4096),
+    name, _, d = fused_module(g, 1, FqGemvConfig(8, mt, u, persistent))
+    tag = ",persistent" if persistent else ""
+    return Variant(f"w8a8_gemv_fq[{scheme},M<=8,mt={mt},u={u}{tag}]", name, d, Problem(fmt, Act.FP8, 1, 4096, 4096),
                    "cuda.w8a8_gemv_fq", True)
+
+
+def _tiled(v: Variant) -> Variant:
+    """The same GEMV reading decode tiles (-DFP8D_CFG_TILED)."""
+    return dataclasses.replace(v, kernel=v.kernel.replace("gemv[", "gemv_tiled[", 1),
+                               defines=tuple(sorted(v.defines + (("FP8D_CFG_TILED", 1),))))
 
 
 @functools.lru_cache(maxsize=1)
