@@ -9,6 +9,7 @@ reached >= 1.6x bf16 in 13 of 16 W8A16 cells of the four speed shapes at M = 1, 
 The cost is memory: N x K more bytes for the weight (rows padded to 32, K to 128), +100 % of its codes, because the
 prefill routes keep reading the row-major codes. Call it at load time, for the layers whose decode latency is worth
 it, before sizing a KV cache: the copy is made here, never on a first token. Moving the weight (`qw.to(...)`) drops it.
+The tiles are a snapshot of the codes: code edited in place afterwards (a weight update) needs a new QWeight.
 
     qw = dispatch.add_decode_tiles(dispatch.quantize(w.cuda(), "fp8_row"))
     y = dispatch.linear(x, qw)   # decode picks from the tables as before; a CUDA GEMV pick reads the tiles

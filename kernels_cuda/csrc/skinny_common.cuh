@@ -163,6 +163,7 @@ __device__ constexpr bool fp8d_is_persistent(long) {
 //                                    resident CTAs): a CTA runs tiles blockIdx.x, + gridDim.x, ... after ONE
 //                                    wait and ONE prologue, and issues the next tile's first weight loads
 //                                    before the current tile's reduction (no kHasRare: the policy is per CTA)
+//   kTiledWeights                    `w` holds the weight's decode tiles (fp8d_load_weight_step<MT, true>)
 template <class P, bool kPrefetch>
 __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
