@@ -39,14 +39,27 @@ ROW_MULTIPLE = 32  # two 16-row tiles per CTA read a pair: pad rows so the secon
 BLOCK_BYTES = 16 * 128
 
 
+CHUNK_BYTES = 64 << 20  # transient memory of tile_codes beyond its output: one padded chunk of rows
+
+
 def tile_codes(codes: torch.Tensor) -> torch.Tensor:
-    """[N, K] e4m3 (or uint8) codes -> the tiled layout, flat uint8 (N and K zero-padded to ROW_MULTIPLE and 128)."""
+    """[N, K] e4m3 (or uint8) codes -> the tiled layout, flat uint8 (N and K zero-padded to ROW_MULTIPLE and 128).
+    Row tiles are the outermost dimension, so it is built ROW_MULTIPLE-row chunks at a time: at most ~CHUNK_BYTES of
+    transient memory beyond the output, as the quantizers bound theirs."""
     n, k = codes.shape
     np_, kp = math.ceil(n / ROW_MULTIPLE) * ROW_MULTIPLE, math.ceil(k / 128) * 128
-    w = torch.zeros((np_, kp), dtype=torch.uint8, device=codes.device)
-    w[:n, :k] = codes.view(torch.uint8)
-    # dims (T, h, g, S, q, t, b) -> (T, S, h, q, g, t, b)
-    return w.view(np_ // 16, 2, 8, kp // 128, 2, 4, 16).permute(0, 3, 1, 4, 2, 5, 6).contiguous().view(-1)
+    src = codes.view(torch.uint8)
+    out = torch.empty(np_ * kp, dtype=torch.uint8, device=codes.device)
+    rows = max(ROW_MULTIPLE, CHUNK_BYTES // kp // ROW_MULTIPLE * ROW_MULTIPLE)
+    for r0 in range(0, np_, rows):
+        r1 = min(r0 + rows, np_)
+        w = torch.zeros((r1 - r0, kp), dtype=torch.uint8, device=codes.device)
+        if r0 < n:
+            w[:min(r1, n) - r0, :k] = src[r0:min(r1, n)]
+        # dims (T, h, g, S, q, t, b) -> (T, S, h, q, g, t, b)
+        blocks = w.view((r1 - r0) // 16, 2, 8, kp // 128, 2, 4, 16).permute(0, 3, 1, 4, 2, 5, 6)
+        out[r0 * kp:r1 * kp] = blocks.reshape(-1)
+    return out
 
 
 def add_decode_tiles(qw: QWeight) -> QWeight:

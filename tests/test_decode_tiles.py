@@ -19,12 +19,16 @@ def _tiles():
     return _tiles
 
 
+@pytest.mark.parametrize("chunk", [None, 1])
 @pytest.mark.parametrize("n,k", [(16, 128), (40, 272), (300, 1040), (33, 16), (64, 4096)])
-def test_tiled_layout_is_what_the_kernel_loads(n, k):
+def test_tiled_layout_is_what_the_kernel_loads(n, k, chunk, monkeypatch):
     """Lane (g, t) of a warp reads, for row tile T, K step S, half h and chunk q, the 16 bytes at
     ((T * steps + S) * 2048) + (2 h + q) * 512 + (4 g + t) * 16: they must be the row-major codes
-    [16 T + 8 h + g, 128 S + 64 q + 16 t : + 16], zero past N or K."""
+    [16 T + 8 h + g, 128 S + 64 q + 16 t : + 16], zero past N or K; built in one chunk or ROW_MULTIPLE rows at a
+    time."""
     tl = _tiles()
+    if chunk:  # the smallest chunk: ROW_MULTIPLE rows at a time (the chunk loop and its last, partial chunk)
+        monkeypatch.setattr(tl, "CHUNK_BYTES", chunk)
     codes = torch.randint(0, 256, (n, k), dtype=torch.uint8, generator=torch.Generator().manual_seed(n * k))
     tiles = tl.tile_codes(codes)
     steps, rows = -(-k // 128), -(-n // tl.ROW_MULTIPLE) * tl.ROW_MULTIPLE
