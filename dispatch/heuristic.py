@@ -180,11 +180,12 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     ("cuda.w8a8_gemv", Format.FP8_TENSOR): Prior(1.01, 0.30, False, 5.5),
     ("cuda.w8a8_gemv", Format.FP8_ROW): Prior(1.00, 0.30, False, 4.7),
     ("cuda.w8a8_gemv", Format.FP8_BLOCK): Prior(0.94, 0.30, False, 3.7),
-    # the one-launch W8A8 GEMV with persistent grids, the same fit (8 cells each, worst 25-27 % off: the fixed cost of
-    # quantizing x in every resident CTA does not scale with bytes). Against the two-launch GEMV's terms it wins below
-    # ~29 MB of weight for fp8_tensor, never for fp8_row or fp8_block; measured, it won fp8_tensor 4096x4096, 6144x4096
-    # and 8192x2560 and fp8_row 4096x4096 (17-25 MB) by 3-10 %, which the tables hold, and lost fp8_tensor 6656x2560
-    # by 2 %. Session 21's fit of its one-CTA-per-tile kernel: 0.84 / 4.1-5.0 us.
+    # the one-launch W8A8 GEMV (its best config per cell, persistent grid or not), the same fit (8 cells each, worst
+    # 25-27 % off: the fixed cost of quantizing x in every resident CTA does not scale with bytes). Against the
+    # two-launch GEMV's terms it wins below ~29 MB of weight for fp8_tensor, never for fp8_row or fp8_block; measured,
+    # it won fp8_tensor 4096x4096, 6144x4096 and 8192x2560 and fp8_row 4096x4096 (17-25 MB) by 5-14 % over the best
+    # other candidate, which the tables hold, and lost fp8_tensor 6656x2560 by 3 %. Session 21's fit of its
+    # one-CTA-per-tile kernel: 0.84 / 4.1-5.0 us.
     ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.94, 0.30, False, 5.0),
     ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.94, 0.30, False, 5.4),
     ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.93, 0.30, False, 6.0),

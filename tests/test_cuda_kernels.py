@@ -683,6 +683,14 @@ def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
             assert tl.helps(cfg, Act(act), fmt) == (cfg.mtiles > 1 or cfg.unroll > 1 or not three)
             y = cand.run(x, tiled, None, None, torch.bfloat16, cfg)
             assert _same_bits(y, cand.run(x, plain, None, None, torch.bfloat16, cfg))
+        # ... and they are really read: with the tiles zeroed, the output changes exactly where they are used
+        first.zero_()
+        with dispatch.force(cand.id):
+            assert not _same_bits(dispatch.linear(x, tiled), dispatch.linear(x, plain))
+        for cfg in (GemvConfig(8, 1, 1), GemvConfig(8, 2, 1)):
+            y = cand.run(x, tiled, None, None, torch.bfloat16, cfg)
+            same = _same_bits(y, cand.run(x, plain, None, None, torch.bfloat16, cfg))
+            assert same == (not tl.helps(cfg, Act(act), fmt)), cfg
         assert tl.decode_tiles(tiled.to("cpu")) is None
     qw = dispatch.quantize(_weight(300, 1040, 4), Format.FP8_ROW, act="bf16")
     with pytest.raises(FormatError, match="no decode tiles"):

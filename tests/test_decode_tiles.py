@@ -105,3 +105,33 @@ def test_explain_says_whether_the_decode_tiles_are_read():
     used = tl.helps(e.decision.config, qw.act, qw.format)
     assert ("reads them" in note) == used and ("keeps the row-major codes" in note) == (not used)
     assert note in str(e)
+
+
+@pytest.mark.parametrize("act", ["bf16", "fp8"])
+def test_gemv_candidates_switch_to_the_tiled_launch_where_tiles_exist_and_help(act, monkeypatch):
+    """The CUDA GEMV candidates' run(): the tiled launcher exactly when the weight has tiles and `helps` says yes at
+    the config, else the row-major one (launchers replaced by recorders: no GPU needed)."""
+    tl = _tiles()
+    from dispatch.formats import Act, Format
+    from kernels_cuda import _launch
+    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A8Gemv
+    from kernels_cuda.configs import GemvConfig
+
+    calls = []
+    for mod, name in ((tl, "w8a16_gemv_tiled"), (tl, "w8a8_gemv_tiled"), (_launch, "w8a16_gemv"),
+                      (_launch, "w8a8_gemv")):
+        monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: calls.append(_n))
+    cand = CudaW8A16Gemv() if act == "bf16" else CudaW8A8Gemv()
+    row, tiled = ("w8a16_gemv", "w8a16_gemv_tiled") if act == "bf16" else ("w8a8_gemv", "w8a8_gemv_tiled")
+    qw = dispatch.quantize(torch.randn(64, 256), "fp8_row", act=act)
+    x = torch.randn(1, 256)
+    cfgs = (GemvConfig(8, 1, 1), GemvConfig(8, 1, 2), GemvConfig(4, 2, 1))
+    for cfg in cfgs:
+        cand.run(x, qw, None, None, torch.bfloat16, cfg)
+    assert calls == [row] * 3
+    calls.clear()
+    qw._cache[tl.TILES_KEY] = tl.tile_codes(qw.qdata)
+    for cfg in cfgs:
+        cand.run(x, qw, None, None, torch.bfloat16, cfg)
+    assert calls == [tiled if tl.helps(c, Act(act), Format.FP8_ROW) else row for c in cfgs]
+    assert calls[0] == row and calls[1:] == [tiled, tiled]  # fp8_row at one tile, ring 1: three CTAs per SM

@@ -12,9 +12,11 @@ where it holds the key (else the default), this times:
 and checks both give the same bits. With --all-configs also, per cell:
   tiled_best: the tiled module over every config of the GEMV's space (kernels_cuda.configs.gemv_configs)
   dispatched: dispatch.linear on the shipped table (what tools.bench reports)
-so that the decode targets can be counted with the tiled GEMV as one more candidate. The tiled copy is made here (torch ops) for each rotating weight copy; a product
-route would have to keep it instead of, or beside, the row-major codes. The bench's timing: graph replay over weight
-copies rotating through > 3.3x L2, median. A JSON line per cell; a table last.
+so that the decode targets can be counted with the tiled GEMV as one more candidate. The tiles and the tiled launches are
+the product's (kernels_cuda/_tiles.py: tile_codes, w8a16_gemv_tiled, w8a8_gemv_tiled; session 22's calls 5-8 ran an
+earlier copy of that code inside this probe, the same layout, modules and geometry), made for each rotating weight
+copy. The bench's timing: graph replay over weight copies rotating through > 3.3x L2, median. A JSON line per cell; a
+table last.
 
     python -m tools.perf.probe_tiled_gemv [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,fp8_tensor:fp8]
         [--all-configs] [--out probe.jsonl]
@@ -26,20 +28,6 @@ import argparse
 import json
 
 SHAPES = "4096x14336,8192x8192,28672x4096,128256x4096,4096x4096,6144x4096,6656x2560,8192x2560"
-
-
-def tile_weight(codes, rows_multiple: int = 32):
-    """[N, K] uint8 codes -> the tiled layout of skinny_common.cuh's kTiled loads: [N / 16][K / 128][h][q][lane][16]
-    with lane = 4 g + t, row = 16 T + 8 h + g, k = 128 S + 64 q + 16 t + b; rows padded with zeros to a multiple of
-    `rows_multiple` (two row tiles per CTA read both of a pair), K to a multiple of 128."""
-    import torch
-
-    n, k = codes.shape
-    np_, kp = -(-n // rows_multiple) * rows_multiple, -(-k // 128) * 128
-    w = torch.zeros((np_, kp), dtype=torch.uint8, device=codes.device)
-    w[:n, :k] = codes.view(torch.uint8)
-    # dims (T, h, g, S, q, t, b) -> (T, S, h, q, g, t, b)
-    return w.view(np_ // 16, 2, 8, kp // 128, 2, 4, 16).permute(0, 3, 1, 4, 2, 5, 6).contiguous().view(-1)
 
 
 def _compile(item: tuple) -> str:
@@ -55,12 +43,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import tuning_db
     from dispatch import tables
-    from dispatch.formats import Act, Format
+    from dispatch.formats import Act, Format, act_granularity
     from dispatch.problem import Problem
     from dispatch.target import detect
     from dispatch.weight_quant import quantize
-    from kernels_cuda import _driver, _launch
-    from kernels_cuda._driver import ptr
+    from kernels_cuda import _launch, _tiles
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda.configs import GemvConfig, default_gemv_config
     from tools.perf.timing import CudaTimer, RotationPolicy, TimingPolicy, l2_bytes, measure_ceilings, warm_gpu
@@ -83,8 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     table = tables.load_table(str(next(iter(tuning_db.table_paths()))))
     entries = {(e.format, e.act, e.n, e.k, e.m_bucket): e for e in table.entries}
     out = open(a.out, "a") if a.out else None
-    dev = torch.cuda.current_device()
-    arch = _launch.device_arch(dev)
+    arch = _launch.device_arch(torch.cuda.current_device())
     rows = []
     cells = [(tuple(int(v) for v in shape.split("x")), spec, m) for shape in a.shapes.split(",")
              for spec in a.formats.split(",") for m in (int(v) for v in a.m.split(","))]
@@ -95,13 +81,9 @@ def main(argv: list[str] | None = None) -> None:
 
     def tiled_module(fmt: Format, act: Act, m: int, cfg: GemvConfig) -> tuple[str, str, tuple]:
         if act is Act.FP8:
-            name, entry, d = _launch.gemv_module(True, ACTQ_CODE[QG[fmt]], 0, m, cfg)
-        else:
-            name, entry, d = _launch.gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg)
-        return name, entry, tuple(sorted(d + (("FP8D_CFG_TILED", 1),)))
+            return _tiles._tiled_module(True, ACTQ_CODE[act_granularity(fmt, act)], 0, m, cfg, False, False)
+        return _tiles._tiled_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, False, False)
 
-    from dispatch.formats import act_granularity
-    QG = {f: act_granularity(f, Act.FP8) for f in (Format.FP8_TENSOR, Format.FP8_ROW, Format.FP8_BLOCK)}
     if a.all_configs:  # every tiled module the cells will load, compiled up front on all cores
         todo = set()
         for (n, k), spec, m in cells:
@@ -118,42 +100,25 @@ def main(argv: list[str] | None = None) -> None:
         w = make_weight(n, k, "cuda")
         bw = bf16_copies(w, l2_bytes=l2, rotation=rot)
         for spec in a.formats.split(","):
-            fname, _, aname = spec.partition(":")
-            fmt, act = Format(fname), Act(aname or "bf16")
+            fmt, act = parse(spec)
             w8a8 = act is Act.FP8
             ws = build_weight_set(w, fmt, act, l2_bytes=l2, rotation=rot, quantize=quantize)
             q = ws.copies
-            tiled = [tile_weight(c.qdata) for c in q]
+            tiled = [_tiles.tile_codes(c.qdata) for c in q]
             impl = "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv"
+            launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
+            tiled_launcher = _tiles.w8a8_gemv_tiled if w8a8 else _tiles.w8a16_gemv_tiled
             for m in (int(v) for v in a.m.split(",")):
                 p = Problem(fmt, act, m, n, k)
                 e = entries.get((fmt, act, n, k, p.bucket))
                 cfg = GemvConfig.from_dict(dict(e.config)) if e is not None and e.impl == impl \
                     else default_gemv_config(p, target)
                 x = make_activation(m, k, "cuda")
-                scales = [_launch._aligned16(c.scale) for c in q]
 
-                def make_tiled(cfg, x=x, scales=scales, tw=tiled, w8a8=w8a8, g=q[0].act_granularity, fmt=fmt,
-                               act=act, m=m):
-                    kernel = _launch._kernel(*tiled_module(fmt, act, m, cfg), dev, arch)
-                    grid, block, smem = (-(-n // cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m)
-                    pdl = _launch.pdl_allowed(arch)
-
-                    def call(i):
-                        y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-                        if w8a8:
-                            xq, xs = _launch.quantize_activation(x, g)
-                            args = (ptr(tw[i]), ptr(scales[i]), ptr(xq), ptr(xs), 0, ptr(y), x.shape[0], n, k, 0,
-                                    DTYPE_CODE[y.dtype])
-                        else:
-                            args = (ptr(tw[i]), ptr(scales[i]), ptr(x), 0, ptr(y), x.shape[0], n, k, 0,
-                                    DTYPE_CODE[y.dtype])
-                        _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
-                        return y
-                    return call
+                def make_tiled(cfg, x=x, q=q, tw=tiled, f=tiled_launcher):
+                    return lambda i: f(x, q[i], None, None, cfg, tiles=tw[i])
 
                 tiled_call = make_tiled(cfg)
-                launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
                 variants = {"row_major": lambda i, c=cfg, q=q, x=x, f=launcher: f(x, q[i], None, None, c),
                             "tiled": tiled_call}
                 same = bool(torch.equal(variants["row_major"](0), tiled_call(0)))
