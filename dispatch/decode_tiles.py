@@ -12,20 +12,76 @@ it, before sizing a KV cache: the copy is made here, never on a first token. Mov
 The tiles are a snapshot of the codes: code edited in place afterwards (a weight update) needs a new QWeight.
 
     qw = dispatch.add_decode_tiles(dispatch.quantize(w.cuda(), "fp8_row"))
-    y = dispatch.linear(x, qw)   # decode picks from the tables as before; a CUDA GEMV pick reads the tiles
+    y = dispatch.linear(x, qw)   # decode picks from the tables tuned on tiles (tuning_db/*_decode_tiles.yaml)
+
+Selection (dispatch.select): a weight with tiles is a Problem with decode_tiles=True. Its exact key in a table tuned on
+tiles (`weight_layout: decode_tiles`, written by `tools.autotune --decode-tiles`) decides first; else the row-major
+chain decides, and its CUDA GEMV pick is handed to the GEMV that reads the tiles, at the same config, where that helps
+(kernels_cuda._tiles.helps). Adding tiles drops the weight's plans, so the next call selects again.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from typing import Sequence
+
+import torch
+
 from .errors import BackendUnavailable
 from .formats import QWeight
 
+# Where a weight keeps its tiles (QWeight._cache, dropped with the rest of the cache by QWeight.to) and the name of the
+# layout in tuned tables (dispatch.tables: `weight_layout`).
+CACHE_KEY = "kernels_cuda.decode_tiles"
+LAYOUT = "decode_tiles"
 
-def add_decode_tiles(qw: QWeight) -> QWeight:
+
+def has_decode_tiles(qw: QWeight) -> bool:
+    return CACHE_KEY in qw._cache
+
+
+def add_decode_tiles(qw: QWeight | torch.nn.Module, *, include: Sequence[str] = ("*",),
+                     exclude: Sequence[str] = ()) -> QWeight | torch.nn.Module:
     """Make and keep `qw`'s decode tiles (once; on its CUDA device); returns `qw`. Raises UnsupportedError for a CPU
-    weight or K % 16 != 0, BackendUnavailable without the CUDA backend (CuPy)."""
+    weight or K % 16 != 0, BackendUnavailable without the CUDA backend (CuPy).
+
+    Given a model (an nn.Module, after dispatch.quantize_model and the move to the GPU): every FP8Linear whose dotted
+    name matches an `include` glob and no `exclude` glob gets tiles, except layers with K % 16 != 0 (no GEMV reads
+    them). The model's `fp8dispatch_decode_tiles` lists the layers given tiles and `fp8dispatch_decode_tiles_bytes`
+    their total size; a later model.to(...) or load_state_dict drops them (the codes they copied may have changed)."""
+    if isinstance(qw, torch.nn.Module):
+        return _add_to_model(qw, include, exclude)
+    if not isinstance(qw, QWeight):
+        raise TypeError(f"add_decode_tiles takes a QWeight or a model of FP8Linear layers, got {type(qw).__name__}")
     try:
         from kernels_cuda import _tiles  # noqa: PLC0415 (optional backend, imported on first use)
     except ImportError as e:  # CuPy missing: the GEMVs that would read the tiles cannot run either
         raise BackendUnavailable(f"decode tiles serve the CUDA backend, which is not importable here: {e}") from e
-    return _tiles.add_decode_tiles(qw)
+    had = has_decode_tiles(qw)
+    _tiles.add_decode_tiles(qw)
+    if not had:  # plans were chosen for the row-major codes alone: choose again (a CUDA graph captured before keeps them)
+        from .linear import PLANS_KEY  # noqa: PLC0415 (linear imports this module's users)
+
+        qw._cache.pop(PLANS_KEY, None)
+    return qw
+
+
+def _add_to_model(model: torch.nn.Module, include: Sequence[str], exclude: Sequence[str]) -> torch.nn.Module:
+    from .nn import FP8Linear  # noqa: PLC0415 (nn imports the dispatcher, which imports this module)
+
+    if isinstance(include, str) or isinstance(exclude, str):
+        raise TypeError("include/exclude take a list of glob patterns, e.g. exclude=['lm_head']")
+
+    def chosen(name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in include) and not any(fnmatch.fnmatchcase(name, p)
+                                                                               for p in exclude)
+
+    done, nbytes = [], 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, FP8Linear) and chosen(name) and mod.in_features % 16 == 0:
+            add_decode_tiles(mod.qweight)
+            done.append(name)
+            nbytes += mod.qweight._cache[CACHE_KEY].numel()
+    model.fp8dispatch_decode_tiles = done
+    model.fp8dispatch_decode_tiles_bytes = nbytes
+    return model

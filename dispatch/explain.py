@@ -94,14 +94,23 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
                       unavailable=registry.unavailable_backends())
     unvalidated = frozenset(c.id for c in cands if not registry.hardware_validated(c, target))
     notes = _notes(problem, target)
-    if "kernels_cuda.decode_tiles" in qw._cache and decision.candidate_id in ("cuda.w8a16_gemv", "cuda.w8a8_gemv"):
-        from kernels_cuda import _tiles  # noqa: PLC0415 (the tiles exist, so the backend was imported)
-
-        used = _tiles.helps(decision.config, qw.act, qw.format)
-        notes += ("this weight has decode tiles (dispatch.add_decode_tiles): the CUDA GEMV "
-                  + ("reads them at this config" if used else "keeps the row-major codes at this config (one row "
-                     "tile, ring of 1: the row-major module fits three CTAs per SM there, the tiled one does not)"),)
+    if problem.decode_tiles:
+        cand = registry.get(decision.candidate_id)
+        notes += (_tiles_note(decision, cand is not None and cand.reads_decode_tiles),)
     return Explanation(m, problem, target, decision, tables, unvalidated, notes)
+
+
+def _tiles_note(decision: Decision, reads: bool) -> str:
+    head = "this weight has decode tiles (dispatch.add_decode_tiles): "
+    if reads:
+        return head + f"{decision.candidate_id} reads them"
+    if "no entry tuned on decode tiles" not in decision.detail:
+        why = "the table tuned on tiles measured it faster"
+    elif "does not help at this config" in decision.detail:
+        why = "no table tuned on tiles has this key, and its variant on tiles does not help at the row-major pick's config"
+    else:
+        why = "no table tuned on tiles has this key, and the row-major chain's pick has no variant on tiles"
+    return head + f"{decision.candidate_id} reads the row-major codes ({why})"
 
 
 def _notes(problem: Problem, target: Target) -> tuple[str, ...]:

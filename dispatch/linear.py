@@ -2,8 +2,9 @@
 
 Hot path (eager): a few attribute reads, one tuple key, one dict lookup in `qw._cache`, then the chosen
 kernel. Plans are keyed by (M bucket, x dtype, out dtype, bias?, force/deny policy, registry generation);
-the weight's device is fixed per QWeight. A miss builds the plan under a lock: detect the target, load the
-tables, `select(...)`, run the candidate's load-time `prepare(qw)` once per candidate and weight.
+the weight's device is fixed per QWeight, and so are its layouts (dispatch.add_decode_tiles drops the plans). A miss
+builds the plan under a lock: detect the target, load the tables, `select(...)`, run the candidate's load-time
+`prepare(qw)` once per candidate and weight.
 
 Gradients: where x or the bias requires grad under grad mode, the call goes through the custom op, whose backward
 gives dx = dy @ dequantized W (straight through the activation quantization of the W8A8 formats) and dbias; the
@@ -34,6 +35,7 @@ from . import registry
 from .errors import FormatError, UnsupportedError
 from .formats import QWeight
 from .ops import linear_op, remember
+from .decode_tiles import has_decode_tiles
 from .problem import M_BUCKETS, Candidate, KernelConfig, Problem
 from .select import Decision, select
 from .tables import tables_for
@@ -73,7 +75,7 @@ def _check(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: t
 def _problem(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool) -> Problem:
     n, k = qw.shape
     # Plans are shared by every M of a bucket, so candidates are asked about the bucket's largest M.
-    return Problem(qw.format, qw.act, bucket, n, k, x_dtype, out_dtype, has_bias)
+    return Problem(qw.format, qw.act, bucket, n, k, x_dtype, out_dtype, has_bias, has_decode_tiles(qw))
 
 
 def plan_for(qw: QWeight, bucket: int, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
+from .decode_tiles import has_decode_tiles
 from .formats import Act, Format, QWeight
 from .target import Target
 
@@ -39,6 +40,9 @@ class Problem:
     x_dtype: torch.dtype = torch.bfloat16
     out_dtype: torch.dtype = torch.bfloat16
     has_bias: bool = False
+    # The weight carries decode tiles (dispatch.add_decode_tiles): the tables tuned on such weights apply, and the
+    # candidates that read the tiles may run (dispatch.select).
+    decode_tiles: bool = False
 
     @property
     def bucket(self) -> int:
@@ -63,7 +67,7 @@ class Problem:
         for d in x_shape[:-1]:
             m *= int(d)
         n, k = qw.shape
-        return cls(qw.format, qw.act, m, n, k, x_dtype, out_dtype or x_dtype, has_bias)
+        return cls(qw.format, qw.act, m, n, k, x_dtype, out_dtype or x_dtype, has_bias, has_decode_tiles(qw))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +133,12 @@ class Candidate(abc.ABC):
     # Whether the fallback chain may lend this candidate's tuned entries to untabled shapes nearby (select's nearest
     # step). False for a kernel whose wins are narrow in shape: its entry at one key says nothing of the next.
     lent_to_nearby_shapes: ClassVar[bool] = True
+    # The id of this kernel's variant that reads a weight's decode tiles (dispatch.add_decode_tiles), if it has one. On a
+    # weight with tiles and no entry tuned on tiles, dispatch.select hands a pick of this candidate to that variant, at
+    # the same config, where the variant's `tiles_help(config, problem)` says so.
+    decode_tiles_variant: ClassVar[str | None] = None
+    # Whether this candidate reads the weight's decode tiles (and so supports only problems with decode_tiles).
+    reads_decode_tiles: ClassVar[bool] = False
 
     def available(self) -> Support:
         """Whether the backend can run in this process at all (toolkit importable, etc.)."""
@@ -148,6 +158,11 @@ class Candidate(abc.ABC):
     def prepare(self, qw: QWeight) -> Any:
         """Load-time work on the weight (layout changes, views); cached by the dispatcher per weight."""
         return None
+
+    def tiles_help(self, config: KernelConfig, problem: Problem) -> bool:
+        """For a candidate that reads decode tiles: whether it beats the row-major kernel it is the variant of at this
+        config (the fallback chain's hand-over; a table tuned on tiles needs no such rule)."""
+        return True
 
     def grid_fill(self, problem: Problem, config: KernelConfig, target: Target) -> float | None:
         """For a kernel launched as one program per output tile (and K split): the fraction of the SM slots of its

@@ -8,6 +8,9 @@ Order of the chain, each step with its reason recorded in the Decision:
    of the decode / prefill boundary (DECODE_MAX_BUCKET), unless its config fills far fewer SM slots here than
    where it was tuned (NEAREST_MIN_FILL_RATIO);
 4. the analytic heuristic (dispatch.heuristic) over the eligible candidates.
+A weight with decode tiles (Problem.decode_tiles, dispatch.add_decode_tiles) first looks up its exact key in the tables
+measured on tiles (`weight_layout: decode_tiles`); without one, the chain above runs on the row-major problem and a pick
+with a `decode_tiles_variant` is handed to that variant, at the same config, where the variant's `tiles_help` says so.
 No device is touched; tests drive it with `Target.simulated_for(...)` and fake candidates.
 """
 
@@ -23,6 +26,7 @@ from .errors import NoCandidateError, TableError
 from .force import Policy, policy as _policy
 from .heuristic import estimate_us
 from .problem import M_BUCKETS, Candidate, KernelConfig, Problem, Support
+from .decode_tiles import LAYOUT as DECODE_TILES
 from .tables import EMPTY, Entry, TableSet, Tier
 from .target import Target
 
@@ -183,26 +187,48 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
     skipped: list[str] = []
     common = dict(rejected=tuple(rejected), problem=problem, assumed_available=tuple(assumed))
 
+    stand_in: dict[str, tuple[Candidate, Candidate]] = {}  # row-major id -> (it, its eligible variant on tiles)
+
     def usable(tier: Tier, idx: int, e: Entry) -> Candidate | None:
         ref = _entry_ref(tier, idx, e)
         cand = by_id.get(e.impl)
+        measured = cand
+        if cand is None and e.impl in stand_in:
+            measured, cand = stand_in[e.impl]
         if cand is None:
             why = (f"its implementation is rejected here: {rejected_ids[e.impl]}" if e.impl in rejected_ids
                    else "unknown implementation (not registered in this build)")
             skipped.append(f"{ref}: {why}")
             return None
-        have = source_hash(cand)
+        have = source_hash(measured)
         if e.source_hash != have:
             skipped.append(f"{ref}: stale (tuned against source {e.source_hash or '-'}, code here is {have or '-'})")
             return None
         return cand
 
     key = (problem.fmt, problem.act, problem.n, problem.k, problem.bucket)
+    if problem.decode_tiles:
+        for tier, idx, e in tables.exact(key, DECODE_TILES):
+            cand = usable(tier, idx, e)
+            if cand is not None:
+                cfg = _config_for(cand, e, tier, idx, problem, target, exact=True)
+                return Decision(cand.id, cfg, "table", _entry_ref(tier, idx, e) + ", tuned on decode tiles",
+                                skipped_entries=tuple(skipped), **common)
+        try:
+            row_major = select(dataclasses.replace(problem, decode_tiles=False), target, tables, candidates, policy,
+                               unavailable=unavailable, source_hash=source_hash, hardware_validated=hardware_validated)
+        except NoCandidateError:
+            # Only candidates that read tiles may run (a forced variant): the chain below, where the row-major entries of
+            # the kernel a variant stands in for lend it their choice of config.
+            stand_in.update((c.id, (c, by_id[c.decode_tiles_variant])) for c in candidates
+                            if c.decode_tiles_variant in by_id)
+        else:
+            return _onto_tiles(row_major, problem, by_id, tuple(skipped), common)
     for tier, idx, e in tables.exact(key):
         cand = usable(tier, idx, e)
         if cand is not None:
             cfg = _config_for(cand, e, tier, idx, problem, target, exact=True)
-            return Decision(cand.id, cfg, "table", _entry_ref(tier, idx, e),
+            return Decision(cand.id, cfg, "table", _entry_ref(tier, idx, e) + _stood_in(cand, e),
                             skipped_entries=tuple(skipped), **common)
 
     near = []
@@ -234,7 +260,7 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
                       problem.fmt, problem.act, problem.n, problem.k, problem.bucket, target.device_name,
                       _entry_ref(tier, idx, e), d)
             return Decision(cand.id, cfg, "nearest", f"nearest tuned shape (distance {d:.2f}): "
-                            + _entry_ref(tier, idx, e), skipped_entries=tuple(skipped), **common)
+                            + _entry_ref(tier, idx, e) + _stood_in(cand, e), skipped_entries=tuple(skipped), **common)
 
     if hardware_validated is None:
         from . import registry
@@ -262,3 +288,23 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
                     f"{target.spec.reference_part} rates){ranked}",
                     skipped_entries=tuple(skipped), estimates=tuple((c.id, round(us, 2)) for _, _, us, _, c in est),
                     **common)
+
+
+def _stood_in(cand: Candidate, e: Entry) -> str:
+    return "" if cand.id == e.impl else f", run by {cand.id} on the weight's decode tiles (no entry tuned on decode tiles)"
+
+
+def _onto_tiles(d: Decision, problem: Problem, by_id: Mapping[str, Candidate], skipped: tuple[str, ...],
+                common: dict) -> Decision:
+    """The row-major chain's decision `d` for a weight with decode tiles: handed to the pick's decode-tiles variant (same
+    config) where that variant is eligible here and its `tiles_help` says so, else kept."""
+    skipped += d.skipped_entries
+    picked = by_id.get(d.candidate_id)
+    variant = by_id.get(picked.decode_tiles_variant or "") if picked is not None else None
+    detail = f"{d.detail}; no entry tuned on decode tiles"
+    if variant is not None and variant.tiles_help(d.config, problem):
+        return dataclasses.replace(d, candidate_id=variant.id, detail=f"{detail}: {d.candidate_id}'s pick, run by "
+                                   f"{variant.id} on the tiles", skipped_entries=skipped, **common)
+    if variant is not None:
+        detail += f"; {variant.id} does not help at this config: the row-major codes"
+    return dataclasses.replace(d, detail=detail, skipped_entries=skipped, **common)

@@ -34,7 +34,12 @@ log = logging.getLogger("fp8dispatch.tables")
 _ENTRY_REQUIRED = ("format", "act", "n", "k", "m_bucket", "impl", "config", "source_hash", "us", "error", "date")
 _ENTRY_OPTIONAL = ("pct_copy_bw", "tflops", "note")
 _TOP_REQUIRED = ("schema_version", "kind", "device", "versions", "entries")
-_TOP_OPTIONAL = ("generated_by", "created")
+_TOP_OPTIONAL = ("generated_by", "created", "weight_layout")
+# `weight_layout`: which copy of the weight the entries were measured on. Absent: the row-major codes every weight has.
+# "decode_tiles": weights given decode tiles (dispatch.add_decode_tiles); such a table answers only problems with
+# decode_tiles, and its candidates may read the tiles (dispatch.select).
+ROW_MAJOR = ""
+WEIGHT_LAYOUTS = (ROW_MAJOR, "decode_tiles")
 
 
 # --- Version ranges ------------------------------------------------------------------------------
@@ -133,6 +138,7 @@ class Table:
     entries: tuple[Entry, ...]
     generated_by: str = ""
     created: str = ""
+    layout: str = ROW_MAJOR  # WEIGHT_LAYOUTS
 
     @property
     def kind(self) -> str:
@@ -163,6 +169,8 @@ class Table:
             d["generated_by"] = self.generated_by
         if self.created:
             d["created"] = self.created
+        if self.layout:
+            d["weight_layout"] = self.layout
         d["entries"] = [e.to_yaml() for e in sorted(self.entries, key=_sort_key)]
         return d
 
@@ -271,6 +279,10 @@ def parse_table(data: Any, path: str) -> Table:
             parse_range(str(ver[lib]))
         except ValueError as ex:
             raise _err(path, f"versions.{lib}", str(ex)) from None
+    layout = data.get("weight_layout", ROW_MAJOR) or ROW_MAJOR
+    if layout not in WEIGHT_LAYOUTS:
+        raise _err(path, "weight_layout", f"is {layout!r}; known: {[v for v in WEIGHT_LAYOUTS if v]} (absent for the "
+                   "row-major codes)")
     raw = data["entries"] or []
     if not isinstance(raw, list):
         raise _err(path, "entries", "must be a list")
@@ -281,7 +293,7 @@ def parse_table(data: Any, path: str) -> Table:
             raise _err(path, f"entry #{i}", f"duplicate key {_key_str(e.key)} (also entry #{seen[e.key]})")
         seen[e.key] = i
     return Table(path, dev["arch"], name, str(ver["torch"]), str(ver["triton"]), entries,
-                 str(data.get("generated_by", "") or ""), str(data.get("created", "") or ""))
+                 str(data.get("generated_by", "") or ""), str(data.get("created", "") or ""), layout)
 
 
 def _key_str(key: tuple) -> str:
@@ -303,8 +315,12 @@ def load_table(path: "str | os.PathLike") -> Table:
 
 # --- Writer API (tools/autotune) -----------------------------------------------------------------
 def new_table(target: Target, *, device_specific: bool = True, torch_range: str | None = None,
-              triton_range: str | None = None, generated_by: str = "", path: str = "") -> Table:
-    """An empty table for `target`. Default version ranges: the target's torch and triton minor versions."""
+              triton_range: str | None = None, generated_by: str = "", path: str = "",
+              layout: str = ROW_MAJOR) -> Table:
+    """An empty table for `target`, of entries measured on `layout` (WEIGHT_LAYOUTS). Default version ranges: the
+    target's torch and triton minor versions."""
+    if layout not in WEIGHT_LAYOUTS:
+        raise TableError(f"weight layout {layout!r} is not one of {list(WEIGHT_LAYOUTS)}")
     def minor_range(v: str | None) -> str:
         if not v:
             return "*"
@@ -316,7 +332,7 @@ def new_table(target: Target, *, device_specific: bool = True, torch_range: str 
     return Table(path, target.arch, target.device_name if device_specific else None,
                  torch_range or minor_range(target.torch_version),
                  triton_range or minor_range(target.triton_version), (), generated_by,
-                 datetime.date.today().isoformat())
+                 datetime.date.today().isoformat(), layout)
 
 
 def merge(table: Table, entries: Iterable[Entry]) -> Table:
@@ -371,16 +387,19 @@ class TableSet:
     tiers: tuple[Tier, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()  # (path, reason)
 
-    def exact(self, key: tuple) -> list[tuple[Tier, int, Entry]]:
+    def exact(self, key: tuple, layout: str = ROW_MAJOR) -> list[tuple[Tier, int, Entry]]:
+        """Entries of `key` in the tables measured on `layout`, in lookup order."""
         out = []
         for t in self.tiers:
+            if t.table.layout != layout:
+                continue
             for i, e in enumerate(t.table.entries):
                 if e.key == key:
                     out.append((t, i, e))
         return out
 
-    def same_kind(self, fmt: Format, act: Act) -> list[tuple[Tier, int, Entry]]:
-        return [(t, i, e) for t in self.tiers for i, e in enumerate(t.table.entries)
+    def same_kind(self, fmt: Format, act: Act, layout: str = ROW_MAJOR) -> list[tuple[Tier, int, Entry]]:
+        return [(t, i, e) for t in self.tiers if t.table.layout == layout for i, e in enumerate(t.table.entries)
                 if e.format is fmt and e.act is act]
 
 

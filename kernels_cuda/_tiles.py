@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from dispatch.decode_tiles import CACHE_KEY as TILES_KEY
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Act, Format, QWeight
 
@@ -34,7 +35,6 @@ from ._launch import (_aligned16, _check_gemv, _kernel, _out_and_bias, device_ar
                       quantize_activation)
 from .configs import THREE_CTAS_AT_RING_1, GemvConfig
 
-TILES_KEY = "kernels_cuda.decode_tiles"
 ROW_MULTIPLE = 32  # two 16-row tiles per CTA read a pair: pad rows so the second of the last pair exists
 BLOCK_BYTES = 16 * 128
 

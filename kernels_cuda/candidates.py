@@ -5,6 +5,8 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
   cuda.w8a16_gemv     decode W8A16, every weight scale layout, 1 <= M <= 32
   cuda.w8a8_gemv      decode W8A8 (fused activation quantization + fp8 GEMV), 1 <= M <= 32
   cuda.w8a8_gemv_fq   decode W8A8 in ONE launch (each CTA quantizes x into shared memory), 1 <= M <= 8
+  cuda.w8a16_gemv_tiles, cuda.w8a8_gemv_tiles
+                      the two GEMVs reading a weight's decode tiles (dispatch.add_decode_tiles; kernels_cuda/_tiles.py)
   cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then one cuBLAS GEMM, W8A16, M >= 256
 """
 
@@ -99,10 +101,8 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
 
     id = "cuda.w8a16_gemv"
     serves = frozenset((f, Act.BF16) for f in Format)
-    # Not hashed: kernels_cuda/_tiles.py. The tables' entries time the row-major codes; a weight given decode tiles
-    # (opt-in, dispatch.add_decode_tiles) runs the same kernel on them, bit-identical and measured faster at the
-    # tables' configs where _tiles.helps (session 22), so those entries' choice stands for it too.
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a16.cu",)
+    decode_tiles_variant = "cuda.w8a16_gemv_tiles"
 
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _HALF:
@@ -114,8 +114,6 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.BF16)
-        if _tiles.TILES_KEY in qw._cache and _tiles.helps(config, Act.BF16, qw.format):  # dispatch.add_decode_tiles
-            return _tiles.w8a16_gemv_tiled(x2d, qw, bias, out_dtype, config)
         return _launch.w8a16_gemv(x2d, qw, bias, out_dtype, config)
 
 
@@ -127,6 +125,7 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
     serves = frozenset({(Format.FP8_TENSOR, Act.FP8), (Format.FP8_ROW, Act.FP8), (Format.FP8_BLOCK, Act.FP8)})
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant.cu",
                               "kernels_cuda/csrc/act_quant_common.cuh")
+    decode_tiles_variant = "cuda.w8a8_gemv_tiles"
 
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _OUT:
@@ -138,8 +137,6 @@ class CudaW8A8Gemv(_CudaGemvCandidate):
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.FP8)
-        if _tiles.TILES_KEY in qw._cache and _tiles.helps(config, Act.FP8, qw.format):  # dispatch.add_decode_tiles
-            return _tiles.w8a8_gemv_tiled(x2d, qw, bias, out_dtype, config)
         return _launch.w8a8_gemv(x2d, qw, bias, out_dtype, config)
 
 
@@ -158,6 +155,7 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
     lent_to_nearby_shapes = False
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant_common.cuh",
                               "kernels_cuda/_w8a8_fused.py")
+    decode_tiles_variant = None  # its x lives in shared memory: no tiled variant (not measured)
 
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         s = super()._family_support(problem, target, s)
@@ -191,6 +189,44 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, Act.FP8)
         return _w8a8_fused.w8a8_gemv_fq(x2d, qw, bias, out_dtype, config)
+
+
+class _OnDecodeTiles:
+    """Mixin: the same GEMV reading the weight's decode tiles (kernels_cuda/_tiles.py): the same sums in the same order,
+    512 contiguous bytes per warp load. Only for weights given tiles (dispatch.add_decode_tiles: an opt-in copy of the
+    codes). Session 22 on the H200, the same config: 0.79-0.99x the row-major time in 157 of 168 decode cells."""
+
+    reads_decode_tiles = True
+    decode_tiles_variant = None
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        if not problem.decode_tiles:
+            return Support.no("reads a weight's decode tiles and this weight has none (dispatch.add_decode_tiles makes "
+                              "them, at load time)")
+        return super().supports(problem, target)
+
+    def tiles_help(self, config: KernelConfig, problem: Problem) -> bool:
+        return _tiles.helps(config, problem.act, problem.fmt)
+
+
+class CudaW8A16GemvTiles(_OnDecodeTiles, CudaW8A16Gemv):
+    id = "cuda.w8a16_gemv_tiles"
+    source_files = CudaW8A16Gemv.source_files + ("kernels_cuda/_tiles.py",)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.BF16)
+        return _tiles.w8a16_gemv_tiled(x2d, qw, bias, out_dtype, config)
+
+
+class CudaW8A8GemvTiles(_OnDecodeTiles, CudaW8A8Gemv):
+    id = "cuda.w8a8_gemv_tiles"
+    source_files = CudaW8A8Gemv.source_files + ("kernels_cuda/_tiles.py",)
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.FP8)
+        return _tiles.w8a8_gemv_tiled(x2d, qw, bias, out_dtype, config)
 
 
 # The dequantize-then-cuBLAS route is for prefill: at decode M its two launches and 3 extra bytes of weight
@@ -250,4 +286,5 @@ class CudaDequantCublas(_CudaCandidate):
 
 
 def candidates() -> list[Candidate]:
-    return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaW8A8GemvFused(), CudaDequantCublas()]
+    return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaW8A8GemvFused(), CudaW8A16GemvTiles(), CudaW8A8GemvTiles(),
+            CudaDequantCublas()]

@@ -655,43 +655,49 @@ def test_gemv_on_decode_tiles_equals_the_row_major_codes_bit_for_bit(launch, fmt
 
 
 def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
-    """dispatch.add_decode_tiles opts a weight in: a CUDA GEMV pick reads the tiles (the same bits as without them),
-    captured in a CUDA graph too; a config where the tiles do not help (one tile, ring of 1, three CTAs per SM) keeps
-    the row-major codes;
+    """dispatch.add_decode_tiles opts a weight in: the GEMVs' variants on tiles give the row-major kernel's bits, in a
+    CUDA graph too; the row-major candidates never read the tiles, their variants always do, and dispatch's own pick
+    reads them exactly when its decision names a variant (zeroed tiles change the output exactly there);
     QWeight.to() drops the tiles; a CPU weight or foreign tiles get typed errors."""
+    from dispatch import registry
     from dispatch.errors import FormatError, UnsupportedError
-    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A8Gemv
-    from kernels_cuda.configs import THREE_CTAS_AT_RING_1, GemvConfig
+    from dispatch.linear import decision_for
+    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A16GemvTiles, CudaW8A8Gemv, CudaW8A8GemvTiles
+    from kernels_cuda.configs import GemvConfig
 
     tl = _tiles()
-    for cand, fmt, act in ((CudaW8A16Gemv(), Format.FP8_ROW, "bf16"), (CudaW8A8Gemv(), Format.FP8_BLOCK, "fp8")):
+    for cand, variant, fmt, act in ((CudaW8A16Gemv(), CudaW8A16GemvTiles(), Format.FP8_ROW, "bf16"),
+                                    (CudaW8A8Gemv(), CudaW8A8GemvTiles(), Format.FP8_BLOCK, "fp8")):
         plain = dispatch.quantize(_weight(6144, 4096, 3), fmt, act=act)
         tiled = dispatch.quantize(_weight(6144, 4096, 3), fmt, act=act)
+        x = _x(4, 4096, torch.bfloat16, 3)
+        y_before = dispatch.linear(x, tiled)  # a plan made before the tiles: add_decode_tiles must drop it
         assert dispatch.add_decode_tiles(tiled) is tiled and tl.decode_tiles(tiled) is not None
         first = tl.decode_tiles(tiled)
         assert dispatch.add_decode_tiles(tiled) is tiled and tl.decode_tiles(tiled) is first  # made once
-        x = _x(4, 4096, torch.bfloat16, 3)
+        picked = decision_for(x, tiled).candidate_id
         with dispatch.force(cand.id):
-            assert _same_bits(dispatch.linear(x, tiled), dispatch.linear(x, plain))
+            y_plain = dispatch.linear(x, plain)
+        with dispatch.force(variant.id):  # (a weight without tiles has no candidate under this policy)
+            assert _same_bits(dispatch.linear(x, tiled), y_plain)
             graph, outs = _capture(lambda: [dispatch.linear(x, tiled)])
             graph.replay()
             torch.cuda.synchronize()
-            assert _same_bits(outs[0], dispatch.linear(x, plain))
-        # the run() switch: tiles used only where they help, the same bits either way
-        for cfg in (GemvConfig(8, 1, 1), GemvConfig(8, 2, 1), GemvConfig(4, 1, 4)):
-            three = (Act(act), fmt) in THREE_CTAS_AT_RING_1
-            assert tl.helps(cfg, Act(act), fmt) == (cfg.mtiles > 1 or cfg.unroll > 1 or not three)
-            y = cand.run(x, tiled, None, None, torch.bfloat16, cfg)
-            assert _same_bits(y, cand.run(x, plain, None, None, torch.bfloat16, cfg))
-        # ... and they are really read: with the tiles zeroed, the output changes exactly where they are used
+            assert _same_bits(outs[0], y_plain)
+        cfgs = (GemvConfig(8, 1, 1), GemvConfig(8, 2, 1), GemvConfig(4, 1, 4))
+        for cfg in cfgs:
+            want = cand.run(x, plain, None, None, torch.bfloat16, cfg)
+            assert _same_bits(variant.run(x, tiled, None, None, torch.bfloat16, cfg), want)
+            assert _same_bits(cand.run(x, tiled, None, None, torch.bfloat16, cfg), want)
+        # ... and the tiles are really read, by the variants and by dispatch where it picks one: zero them
         first.zero_()
-        with dispatch.force(cand.id):
-            assert not _same_bits(dispatch.linear(x, tiled), dispatch.linear(x, plain))
-        for cfg in (GemvConfig(8, 1, 1), GemvConfig(8, 2, 1)):
-            y = cand.run(x, tiled, None, None, torch.bfloat16, cfg)
-            same = _same_bits(y, cand.run(x, plain, None, None, torch.bfloat16, cfg))
-            assert same == (not tl.helps(cfg, Act(act), fmt)), cfg
-        assert tl.decode_tiles(tiled.to("cpu")) is None
+        for cfg in cfgs:
+            want = cand.run(x, plain, None, None, torch.bfloat16, cfg)
+            assert not _same_bits(variant.run(x, tiled, None, None, torch.bfloat16, cfg), want), cfg
+            assert _same_bits(cand.run(x, tiled, None, None, torch.bfloat16, cfg), want), cfg
+        reads = registry.get(picked).reads_decode_tiles
+        assert _same_bits(dispatch.linear(x, tiled), y_before) == (not reads), picked
+    assert tl.decode_tiles(tiled.to("cpu")) is None
     qw = dispatch.quantize(_weight(300, 1040, 4), Format.FP8_ROW, act="bf16")
     with pytest.raises(FormatError, match="no decode tiles"):
         tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw)

@@ -89,49 +89,111 @@ def test_tiled_gemv_modules_compile_without_spills(arch):
                 assert res.get("spill_bytes", 0) == 0, (w8a8, code, m, cfg, res)
 
 
+def _with_tiles(qw):
+    """The tiles add_decode_tiles would make on the GPU, built with torch on the CPU (selection needs no device)."""
+    tl = _tiles()
+    qw._cache[tl.TILES_KEY] = tl.tile_codes(qw.qdata)
+    return qw
+
+
 def test_explain_says_whether_the_decode_tiles_are_read():
-    """A weight with decode tiles: explain() notes whether the CUDA GEMV it picks reads them at the chosen config (the
-    tiles are built here with torch on the CPU, as add_decode_tiles would on the GPU; selection needs no device)."""
+    """A weight with decode tiles: a key of the shipped table tuned on tiles takes its entry; a key in no such table
+    takes the row-major chain's pick, handed to the GEMV's variant on tiles where `helps` says so at the chosen config;
+    explain() says which reads what."""
     tl = _tiles()
     from dispatch.target import Target
 
     t = Target.simulated_for("sm_90", torch_version="2.11.0")
     qw = dispatch.quantize(torch.randn(4096, 4096), "fp8_row")
+    e = dispatch.explain(1, _with_tiles(qw), target=t)
+    assert e.decision.source == "table" and e.decision.detail.endswith("tuned on decode tiles")
+    assert "_decode_tiles.yaml" in e.decision.detail
+    note = next(n for n in e.notes if "decode tiles" in n)
+    reads = registry_get(e.decision.candidate_id).reads_decode_tiles
+    assert ("reads them" in note) == reads and ("measured it faster" in note) == (not reads)
+
+    qw = dispatch.quantize(torch.randn(2112, 7168), "fp8_row")  # in no table: the row-major chain decides
     e = dispatch.explain(1, qw, target=t)
     assert e.decision.candidate_id == "cuda.w8a16_gemv" and not any("decode tiles" in n for n in e.notes)
-    qw._cache[tl.TILES_KEY] = tl.tile_codes(qw.qdata)
-    e = dispatch.explain(1, qw, target=t)
+    row_cfg = e.decision.config
+    e = dispatch.explain(1, _with_tiles(qw), target=t)
     note = next(n for n in e.notes if "decode tiles" in n)
-    used = tl.helps(e.decision.config, qw.act, qw.format)
-    assert ("reads them" in note) == used and ("keeps the row-major codes" in note) == (not used)
+    used = tl.helps(row_cfg, qw.act, qw.format)
+    assert e.decision.config == row_cfg and "no entry tuned on decode tiles" in e.decision.detail
+    assert e.decision.candidate_id == ("cuda.w8a16_gemv_tiles" if used else "cuda.w8a16_gemv")
+    assert ("reads them" in note) == used and ("reads the row-major codes" in note) == (not used)
     assert note in str(e)
+    e = dispatch.explain(256, qw, target=t)  # prefill: no variant on tiles, the row-major pick stands
+    assert not registry_get(e.decision.candidate_id).reads_decode_tiles
+    assert "has no variant on tiles" in next(n for n in e.notes if "decode tiles" in n)
+
+
+def registry_get(cid):
+    from dispatch import registry
+
+    return registry.get(cid)
 
 
 @pytest.mark.parametrize("act", ["bf16", "fp8"])
-def test_gemv_candidates_switch_to_the_tiled_launch_where_tiles_exist_and_help(act, monkeypatch):
-    """The CUDA GEMV candidates' run(): the tiled launcher exactly when the weight has tiles and `helps` says yes at
-    the config, else the row-major one (launchers replaced by recorders: no GPU needed)."""
+def test_gemv_candidates_and_their_variants_on_tiles_call_their_launchers(act, monkeypatch):
+    """The row-major GEMV candidates never read the tiles (their tuned entries timed the codes); their variants always
+    do and support only weights with tiles (launchers replaced by recorders: no GPU needed)."""
     tl = _tiles()
-    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
+    from dispatch.target import Target
     from kernels_cuda import _launch
-    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A8Gemv
+    from kernels_cuda.candidates import CudaW8A16Gemv, CudaW8A16GemvTiles, CudaW8A8Gemv, CudaW8A8GemvTiles
     from kernels_cuda.configs import GemvConfig
 
     calls = []
     for mod, name in ((tl, "w8a16_gemv_tiled"), (tl, "w8a8_gemv_tiled"), (_launch, "w8a16_gemv"),
                       (_launch, "w8a8_gemv")):
         monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: calls.append(_n))
-    cand = CudaW8A16Gemv() if act == "bf16" else CudaW8A8Gemv()
+    cand, variant = (CudaW8A16Gemv(), CudaW8A16GemvTiles()) if act == "bf16" else (CudaW8A8Gemv(), CudaW8A8GemvTiles())
     row, tiled = ("w8a16_gemv", "w8a16_gemv_tiled") if act == "bf16" else ("w8a8_gemv", "w8a8_gemv_tiled")
-    qw = dispatch.quantize(torch.randn(64, 256), "fp8_row", act=act)
+    assert cand.decode_tiles_variant == variant.id and variant.reads_decode_tiles and not cand.reads_decode_tiles
+    qw = _with_tiles(dispatch.quantize(torch.randn(64, 256), "fp8_row", act=act))
     x = torch.randn(1, 256)
-    cfgs = (GemvConfig(8, 1, 1), GemvConfig(8, 1, 2), GemvConfig(4, 2, 1))
-    for cfg in cfgs:
+    for cfg in (GemvConfig(8, 1, 1), GemvConfig(8, 1, 2), GemvConfig(4, 2, 1)):
         cand.run(x, qw, None, None, torch.bfloat16, cfg)
-    assert calls == [row] * 3
-    calls.clear()
-    qw._cache[tl.TILES_KEY] = tl.tile_codes(qw.qdata)
-    for cfg in cfgs:
-        cand.run(x, qw, None, None, torch.bfloat16, cfg)
-    assert calls == [tiled if tl.helps(c, Act(act), Format.FP8_ROW) else row for c in cfgs]
-    assert calls[0] == row and calls[1:] == [tiled, tiled]  # fp8_row at one tile, ring 1: three CTAs per SM
+        variant.run(x, qw, None, None, torch.bfloat16, cfg)
+    assert calls == [row, tiled] * 3
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    p = Problem.of((1, 256), qw)
+    assert p.decode_tiles and variant.supports(p, t)
+    no = variant.supports(Problem.of((1, 256), dispatch.quantize(torch.randn(64, 256), "fp8_row", act=act)), t)
+    assert not no and "has none" in no.reason
+
+
+def test_add_decode_tiles_drops_the_weights_plans(monkeypatch):
+    """Plans chosen before the tiles existed would keep the row-major pick: add_decode_tiles drops them (once, when it
+    makes the tiles)."""
+    tl = _tiles()
+    from dispatch.linear import PLANS_KEY
+
+    monkeypatch.setattr(tl, "add_decode_tiles", lambda qw: _with_tiles(qw))
+    qw = dispatch.quantize(torch.randn(64, 256), "fp8_row")
+    dispatch.linear(torch.randn(2, 256, dtype=torch.bfloat16), qw)
+    assert PLANS_KEY in qw._cache
+    assert dispatch.add_decode_tiles(qw) is qw and PLANS_KEY not in qw._cache
+    dispatch.linear(torch.randn(2, 256, dtype=torch.bfloat16), qw)
+    assert dispatch.add_decode_tiles(qw) is qw and PLANS_KEY in qw._cache  # tiles already there: plans kept
+
+
+def test_add_decode_tiles_to_a_model_by_layer_name(monkeypatch):
+    """A quantized model: every FP8Linear matching include and not exclude gets tiles (K % 16 != 0 layers are left
+    out), named in fp8dispatch_decode_tiles with their size; the tiles are what each layer's weight then reads."""
+    tl = _tiles()
+    monkeypatch.setattr(tl, "add_decode_tiles", lambda qw: _with_tiles(qw))
+    model = torch.nn.Sequential(torch.nn.Linear(256, 64), torch.nn.Linear(64, 40), torch.nn.Linear(40, 24),
+                                torch.nn.Linear(24, 256))
+    dispatch.quantize_model(model, "fp8_row")
+    assert dispatch.add_decode_tiles(model, exclude=["3"]) is model
+    assert model.fp8dispatch_decode_tiles == ["0", "1"]  # "2" has K = 40, "3" is excluded
+    assert model.fp8dispatch_decode_tiles_bytes == 64 * 256 + 64 * 128  # rows padded to 32, K to 128
+    for i, layer in enumerate(model):
+        assert (tl.decode_tiles(layer.qweight) is not None) == (i < 2)
+    with pytest.raises(TypeError, match="list of glob"):
+        dispatch.add_decode_tiles(model, include="0")
+    with pytest.raises(TypeError, match="QWeight or a model"):
+        dispatch.add_decode_tiles(torch.zeros(3))

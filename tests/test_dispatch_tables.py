@@ -63,6 +63,23 @@ def test_round_trip_writer(tmp_path):
     assert back.mismatch(H200) is None
 
 
+def test_weight_layout_round_trips_and_separates_lookups(tmp_path):
+    """A table measured on decode tiles keeps its layout through save/load, and TableSet lookups see only the tables
+    of the layout asked for (a row-major problem never gets an entry timed on tiles, nor the reverse)."""
+    e = tables.make_entry("fp8_row", "bf16", 4096, 4096, 1, "cuda.w8a16_gemv_tiles", {}, "", 5.0, 1e-3)
+    tiled = tables.merge(tables.new_table(H200, layout="decode_tiles"), [e])
+    back = tables.load_table(tables.save_table(tiled, tmp_path / "t.yaml"))
+    assert back.layout == "decode_tiles" and back.entries == tiled.entries
+    row = tables.merge(tables.new_table(H200), [dataclasses.replace(e, impl="cuda.w8a16_gemv")])
+    assert tables.load_table(tables.save_table(row, tmp_path / "r.yaml")).layout == ""
+    ts = tables.TableSet((tables.Tier("device", back), tables.Tier("device", row)))
+    assert [x.impl for _, _, x in ts.exact(e.key)] == ["cuda.w8a16_gemv"]
+    assert [x.impl for _, _, x in ts.exact(e.key, "decode_tiles")] == ["cuda.w8a16_gemv_tiles"]
+    assert [x.impl for _, _, x in ts.same_kind(e.format, e.act)] == ["cuda.w8a16_gemv"]
+    with pytest.raises(TableError, match="weight layout"):
+        tables.new_table(H200, layout="tiles")
+
+
 @pytest.mark.parametrize("mutate, needle", [
     (lambda d: d["entries"][1].pop("us"), "entry #1 (fp8_row/bf16/4096/4096/32): missing 'us'"),
     (lambda d: d["entries"][1].update(m_bucket=3), "entry #1"),
@@ -75,6 +92,7 @@ def test_round_trip_writer(tmp_path):
     (lambda d: d.pop("device"), "missing 'device'"),
     (lambda d: d["versions"].update(torch=">=two"), "versions.torch"),
     (lambda d: d["entries"].append(dict(d["entries"][0])), "entry #2: duplicate key"),
+    (lambda d: d.update(weight_layout="tiles"), "weight_layout"),
 ])
 def test_corrupt_tables_name_file_and_entry(tmp_path, mutate, needle):
     doc = _doc([_entry(), _entry(mb=32)])

@@ -356,3 +356,59 @@ def test_one_launch_w8a8_entries_are_not_lent_to_nearby_shapes():
     d = select(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 14336), t, ts, cands)
     assert d.source == "heuristic" and d.candidate_id == "cuda.w8a8_gemv", d
     assert any("not lent" in s for s in d.skipped_entries), d.skipped_entries
+
+
+def test_decode_tiles_problems_use_the_tiles_tables_then_hand_the_row_major_pick_over():
+    """Problem.decode_tiles (a weight given dispatch.add_decode_tiles): its exact key in a table measured on tiles
+    decides, whatever it picked; without one the row-major chain decides and a CUDA GEMV pick runs on its variant on
+    tiles at the same config where _tiles.helps says so (else the row-major kernel); a forced row-major GEMV stays
+    row-major; a row-major problem never sees the tiles table nor the variants."""
+    from dispatch import tables
+    from dispatch.force import Policy
+    from dispatch.tables import TableSet, Tier
+    from kernels_cuda import _tiles
+    from kernels_cuda.candidates import candidates as cuda_candidates
+    from kernels_cuda.configs import GemvConfig
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    cands = list(cuda_candidates()) + list(candidates())
+    by_id = {c.id: c for c in cands}
+    gemv, variant = by_id["cuda.w8a16_gemv"], by_id["cuda.w8a16_gemv_tiles"]
+    helps, no_help = GemvConfig(8, 1, 2), GemvConfig(8, 1, 1)  # fp8_row fits three CTAs per SM at one tile, ring 1
+    assert _tiles.helps(helps, Act.BF16, Format.FP8_ROW) and not _tiles.helps(no_help, Act.BF16, Format.FP8_ROW)
+    row_p = Problem(Format.FP8_ROW, Act.BF16, 1, 4096, 4096)
+    tiled_p = dataclasses.replace(row_p, decode_tiles=True)
+
+    def entry(cand, cfg, us):
+        return tables.make_entry("fp8_row", "bf16", 4096, 4096, 1, cand.id, cfg.to_dict(), registry.source_hash(cand),
+                                 us, 1e-3)
+
+    for cfg, want in ((helps, variant.id), (no_help, gemv.id)):
+        row_table = tables.merge(tables.new_table(t), [entry(gemv, cfg, 6.0)])
+        ts = TableSet((Tier("device", row_table),))
+        d = select(row_p, t, ts, cands)
+        assert (d.candidate_id, d.config, d.source) == (gemv.id, cfg, "table")
+        d = select(tiled_p, t, ts, cands)
+        assert (d.candidate_id, d.config, d.source) == (want, cfg, "table") and d.problem == tiled_p
+        assert "no entry tuned on decode tiles" in d.detail
+        forced = select(tiled_p, t, ts, cands, Policy(force=(gemv.id,)))
+        assert forced.candidate_id == gemv.id
+        # a forced variant runs with the config its row-major kernel's entry chose, helps or not
+        forced = select(tiled_p, t, ts, cands, Policy(force=(variant.id,)))
+        assert (forced.candidate_id, forced.config, forced.source) == (variant.id, cfg, "table")
+        with pytest.raises(NoCandidateError, match="has none"):
+            select(row_p, t, ts, cands, Policy(force=(variant.id,)))
+        # a table measured on tiles wins for the tiled problem only, even where it picked the row-major kernel
+        for pick in (variant, gemv):
+            tiled_table = tables.merge(tables.new_table(t, layout="decode_tiles"), [entry(pick, no_help, 5.0)])
+            ts2 = TableSet((Tier("device", tiled_table), Tier("device", row_table)))
+            d = select(tiled_p, t, ts2, cands)
+            assert (d.candidate_id, d.config) == (pick.id, no_help) and "tuned on decode tiles" in d.detail
+            assert select(row_p, t, ts2, cands).candidate_id == gemv.id
+    assert not variant.supports(row_p, t) and variant.supports(tiled_p, t)
+    # with no table at all: the heuristic's pick, handed over the same way
+    d = select(tiled_p, t, TableSet(), cands)
+    h = select(row_p, t, TableSet(), cands)
+    assert d.config == h.config and d.candidate_id == (
+        by_id[h.candidate_id].decode_tiles_variant if by_id[h.candidate_id].decode_tiles_variant
+        and by_id[by_id[h.candidate_id].decode_tiles_variant].tiles_help(h.config, tiled_p) else h.candidate_id)

@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="", help="directory for journal.jsonl, ceilings.json, summary.{md,json} "
                                               "(default .cache/autotune/<device>)")
     ap.add_argument("--retune", action="store_true", help="measure problems already in the table again")
+    ap.add_argument("--decode-tiles", action="store_true",
+                    help="tune weights given decode tiles (dispatch.add_decode_tiles): the candidates that read them "
+                         "compete with the rest; writes a table of weight_layout decode_tiles (default "
+                         "tuning_db/<device>_decode_tiles.yaml); problems where no candidate reads tiles are skipped")
     ap.add_argument("--max-configs", type=int, default=0, help="per candidate: only the first N configs (0 = all)")
     ap.add_argument("--max-configs-for", nargs="*", default=[], metavar="ID=N",
                     help="per candidate id: N configs instead of --max-configs (0 = all), e.g. cuda.w8a16_gemv=0")
@@ -188,6 +192,8 @@ def worker(args: argparse.Namespace) -> int:
     import torch
 
     from dispatch import registry, reference, target as target_mod
+    from dispatch.decode_tiles import LAYOUT as DECODE_TILES
+    from dispatch.tables import ROW_MAJOR
     from dispatch.weight_quant import quantize
     from tools.perf.journal import Journal
     from tools.perf.report import write_atomic, write_json
@@ -212,7 +218,8 @@ def worker(args: argparse.Namespace) -> int:
                             also_try=kept_configs(args.keep_configs) if args.keep_configs else None,
                             tolerance=Tolerance(rel_fro=args.rel_tol),
                             skip=tuple(s for s in args.skip.split(",") if s),
-                            only=tuple(s for s in args.only.split(",") if s), compare_bf16=not args.no_bf16)
+                            only=tuple(s for s in args.only.split(",") if s), compare_bf16=not args.no_bf16,
+                            decode_tiles=args.decode_tiles)
     timer = CudaTimer() if device.type == "cuda" else WallTimer()
     env = TuneEnv(device, target, timer, cands, registry.source_hash, quantize, reference.linear,
                   l2_bytes(device), log=lambda s: print(s, flush=True))
@@ -229,7 +236,7 @@ def worker(args: argparse.Namespace) -> int:
         for s in shapes:
             for f, a in pairs:
                 for m in ms:
-                    todo, unsup = tuner.plan(Problem(f, a, m, s.n, s.k))
+                    todo, unsup = tuner.plan(Problem(f, a, m, s.n, s.k, decode_tiles=args.decode_tiles))
                     n = sum(len(c) for _, c in todo)
                     n_cfg += n
                     print(f"{f}/{a} {s.n}x{s.k} M={m}: {n} configs over "
@@ -240,8 +247,9 @@ def worker(args: argparse.Namespace) -> int:
 
     out_dir = pathlib.Path(args.out) if args.out else default_out(target)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table_path = pathlib.Path(args.table) if args.table else default_table_path(target)
-    sink = TableSink(table_path, target, generated_by="tools/autotune.py " + " ".join(sys.argv[1:]))
+    layout = DECODE_TILES if args.decode_tiles else ROW_MAJOR
+    table_path = pathlib.Path(args.table) if args.table else default_table_path(target, layout)
+    sink = TableSink(table_path, target, generated_by="tools/autotune.py " + " ".join(sys.argv[1:]), layout=layout)
     journal = Journal(out_dir / "journal.jsonl")
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else (
         time.time() + args.budget_s if args.budget_s > 0 else None)

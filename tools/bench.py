@@ -165,17 +165,16 @@ class Bench:
         from tools.perf.workload import build_weight_set
 
         try:
-            ws = build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize)
-            if getattr(self.args, "decode_tiles", False) and w.is_cuda and w.shape[1] % 16 == 0:
-                import dispatch
-
-                for c in ws.copies:
-                    dispatch.add_decode_tiles(c)
-            return ws
+            return build_weight_set(w, fmt, act, l2_bytes=self.l2, rotation=self.rotation, quantize=quantize,
+                                    decode_tiles=self._tiles(w.shape[1]))
         except Exception as e:
             self._device_lost(e)
             self.results["errors"].append(f"{what}: quantize failed: {_short(e)}")
             return None
+
+    def _tiles(self, k: int) -> bool:
+        """Whether weights of K columns get decode tiles in this run (--decode-tiles; CUDA; K % 16 == 0)."""
+        return bool(getattr(self.args, "decode_tiles", False)) and self.cuda and k % 16 == 0
 
     @staticmethod
     def _load_tuned(path: str) -> dict[tuple, dict]:
@@ -198,14 +197,17 @@ class Bench:
 
     def config_for(self, cand: Any, problem: Any) -> tuple[Any, str]:
         from dispatch import tables
+        from dispatch.decode_tiles import LAYOUT as DECODE_TILES
 
         key = (problem.fmt.value, problem.act.value, problem.n, problem.k, problem.m, cand.id)
         if key in self.tuned:
             return cand.config_type.from_dict(self.tuned[key]), "tuned"
-        for _, _, e in tables.tables_for(self.target).exact(
-                (problem.fmt, problem.act, problem.n, problem.k, problem.bucket)):
-            if e.impl == cand.id:
-                return cand.config_type.from_dict(dict(e.config)), "table"
+        key = (problem.fmt, problem.act, problem.n, problem.k, problem.bucket)
+        layouts = (DECODE_TILES, tables.ROW_MAJOR) if problem.decode_tiles else (tables.ROW_MAJOR,)
+        for layout in layouts:
+            for _, _, e in tables.tables_for(self.target).exact(key, layout):
+                if e.impl == cand.id:
+                    return cand.config_type.from_dict(dict(e.config)), "table"
         return cand.default_config(problem, self.target), "default"
 
     def measure(self, route: Any, ctx: Any, ref: Any, true: Any, problem: Any) -> dict[str, Any]:
@@ -322,7 +324,7 @@ class Bench:
 
         torch = self.torch
         n, k = shape.n, shape.k
-        problem = Problem(fmt, act, m, n, k, torch.bfloat16, torch.bfloat16, False)
+        problem = Problem(fmt, act, m, n, k, torch.bfloat16, torch.bfloat16, False, self._tiles(k))
         if m not in xs:
             x = make_activation(m, k, self.device)
             acc = torch.float64 if self.cuda else torch.float32
@@ -447,7 +449,8 @@ class Bench:
         settings = TuneSettings(skip=tuple(s for s in self.args.skip.split(",") if s), compare_bf16=False,
                                 rotation=self.rotation, quick=QUICK if self.cuda else self.policy,
                                 final=self.policy, top_k=2,
-                                max_configs=getattr(self.args, "untabled_max_configs", 3) or None)
+                                max_configs=getattr(self.args, "untabled_max_configs", 3) or None,
+                                decode_tiles=self._tiles(16))
         env = TuneEnv(self.device, self.target, self.timer, self.registry.candidates(), self.registry.source_hash,
                       quantize, reference.linear, self.l2)
         tuner = Tuner(env, settings, Journal(self.out / "untabled" / "journal.jsonl"))
@@ -462,7 +465,8 @@ class Bench:
                 if ws is None:
                     continue
                 for m in ms:
-                    problem = Problem(fmt, act, m, shape.n, shape.k, torch.bfloat16, torch.bfloat16, False)
+                    problem = Problem(fmt, act, m, shape.n, shape.k, torch.bfloat16, torch.bfloat16, False,
+                                      self._tiles(shape.k))
                     x = make_activation(m, shape.k, self.device)
                     ref = reference.linear(x, ws.qw, None, torch.float32)
                     row: dict[str, Any] = {"format": fmt.value, "act": act.value, "n": shape.n, "k": shape.k, "m": m,

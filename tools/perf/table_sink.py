@@ -19,13 +19,14 @@ from .timing import Ceilings
 from .tuner import ProblemResult
 
 
-def default_table_path(target: Target) -> pathlib.Path:
+def default_table_path(target: Target, layout: str = tables.ROW_MAJOR) -> pathlib.Path:
     slug = "".join(ch if ch.isalnum() else "_" for ch in target.device_name.lower()).strip("_")
-    return pathlib.Path("tuning_db") / f"{slug or target.arch}.yaml"
+    return pathlib.Path("tuning_db") / f"{slug or target.arch}{'_' + layout if layout else ''}.yaml"
 
 
 class TableSink:
-    def __init__(self, path: "str | os.PathLike", target: Target, *, generated_by: str = ""):
+    def __init__(self, path: "str | os.PathLike", target: Target, *, generated_by: str = "",
+                 layout: str = tables.ROW_MAJOR):
         self.path = pathlib.Path(path)
         self.target = target
         if self.path.exists():
@@ -34,9 +35,13 @@ class TableSink:
             if why:
                 raise TableError(f"tuning table {self.path} belongs elsewhere ({why}); write this device's "
                                  "results to another file with --table")
+            if t.layout != layout:
+                raise TableError(f"tuning table {self.path} holds entries measured on weight layout "
+                                 f"{t.layout or 'row-major'!r}, this run measures {layout or 'row-major'!r}: write them "
+                                 "to another file with --table")
             self.table = t
         else:
-            self.table = tables.new_table(target, generated_by=generated_by, path=str(self.path))
+            self.table = tables.new_table(target, generated_by=generated_by, path=str(self.path), layout=layout)
         self.written = 0
 
     def entry_for(self, problem: Problem) -> "tables.Entry | None":

@@ -55,6 +55,10 @@ class TuneSettings:
     # previous table chose (autotune --keep-configs), so that a re-tune never loses an earlier winner because a
     # config space was reordered. Only configs the candidate still offers for the problem are added.
     also_try: Callable[[Problem, Candidate], Sequence[KernelConfig]] | None = None
+    # Every weight copy gets its decode tiles (dispatch.add_decode_tiles) and every problem has decode_tiles: the
+    # candidates that read the tiles compete with the rest (autotune --decode-tiles; a table of weight_layout
+    # decode_tiles).
+    decode_tiles: bool = False
 
 
 @dataclasses.dataclass
@@ -129,8 +133,8 @@ def _short(e: BaseException) -> str:
 class Workloads:
     """Tensors for the current shape (bf16 weight + copies), format (WeightSet) and M (x, references)."""
 
-    def __init__(self, env: TuneEnv, rotation: RotationPolicy):
-        self.env, self.rotation = env, rotation
+    def __init__(self, env: TuneEnv, rotation: RotationPolicy, decode_tiles: bool = False):
+        self.env, self.rotation, self.decode_tiles = env, rotation, decode_tiles
         self._shape: tuple[int, int] | None = None
         self._w: torch.Tensor | None = None
         self._w_copies: list[torch.Tensor] | None = None
@@ -171,7 +175,7 @@ class Workloads:
             self._sets.clear()
             self._ref.clear()
             ws = build_weight_set(w, fmt, act, l2_bytes=self.env.l2_bytes, rotation=self.rotation,
-                                  quantize=self.env.quantize)
+                                  quantize=self.env.quantize, decode_tiles=self.decode_tiles)
             self._sets[(fmt, act)] = ws
         return ws
 
@@ -193,7 +197,7 @@ class Tuner:
         self.env, self.s, self.journal = env, settings, journal
         self.is_current = is_current
         self.deadline = deadline
-        self.work = Workloads(env, settings.rotation)
+        self.work = Workloads(env, settings.rotation, settings.decode_tiles)
 
     # --- plan -------------------------------------------------------------------------------------
     def plan(self, problem: Problem) -> tuple[list[tuple[Candidate, list[KernelConfig]]], list[Outcome]]:
@@ -315,6 +319,9 @@ class Tuner:
         t0 = time.perf_counter()
         todo, outcomes = self.plan(problem)
         hashes = {c.id: self.env.source_hash(c) for c, _ in todo}
+        if problem.decode_tiles and not any(c.reads_decode_tiles for c, _ in todo):
+            return ProblemResult(problem, outcomes, None, hashes, skipped="no candidate reads decode tiles here: the "
+                                 "row-major table answers this problem for weights with tiles too")
         if self.is_current is not None and self.is_current(problem):
             return ProblemResult(problem, outcomes, None, hashes, skipped="in the table with the same source hash "
                                  "(--retune to measure again)")
@@ -354,7 +361,7 @@ class Tuner:
             for n, k in shapes:
                 for fmt, act in pairs:
                     for m in ms:
-                        p = Problem(fmt, act, m, n, k, x_dtype, x_dtype, False)
+                        p = Problem(fmt, act, m, n, k, x_dtype, x_dtype, False, self.s.decode_tiles)
                         if self.deadline is not None and time.time() > self.deadline:
                             yield ProblemResult(p, [], None, {}, skipped="time budget spent (rerun to resume)")
                             continue

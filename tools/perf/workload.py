@@ -93,10 +93,18 @@ class WeightSet:
 
 
 def build_weight_set(w: torch.Tensor, fmt: Format, act: Act, *, l2_bytes: int, rotation: RotationPolicy,
-                     quantize: Callable[..., QWeight]) -> WeightSet:
+                     quantize: Callable[..., QWeight], decode_tiles: bool = False) -> WeightSet:
+    """`w` quantized, in enough copies that one rotation reads > rotation's multiple of the L2; with `decode_tiles`
+    every copy gets its tiles (dispatch.add_decode_tiles; K % 16 == 0 only), which the GEMVs then read instead of the
+    codes: the same bytes per call, so the same number of copies."""
     qw = quantize(w, fmt, act=act.value)
     ncopies = rotation.copies(qw.nbytes, l2_bytes)
     copies = [qw] + [clone_qweight(qw) for _ in range(ncopies - 1)]
+    if decode_tiles and w.shape[1] % 16 == 0:
+        from dispatch import add_decode_tiles
+
+        for c in copies:
+            add_decode_tiles(c)
     n, k = qw.shape
     return WeightSet(fmt, act, n, k, copies)
 
