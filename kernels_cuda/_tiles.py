@@ -12,8 +12,9 @@ where the row-major tables pick it to fit three CTAs per SM (the tiled addressin
 Why opt-in: the tiles are a COPY (N x K bytes, rows padded to 32 and K to 128). Prefill routes (cuBLAS `_scaled_mm`,
 the Triton GEMMs, the dequantize route) read the row-major codes, so a weight that serves both keeps both: +100 % of
 its code memory, allocated here, at load time, where an engine budgets it (never on the first token).
-`dispatch.add_decode_tiles(qw)` makes them; the CUDA GEMV candidates use them whenever present (the tuned table's
-config; `helps`); `qw.to(...)` drops them with the rest of the weight's cache.
+`dispatch.add_decode_tiles(qw)` makes them; the candidates cuda.w8a16_gemv_tiles / cuda.w8a8_gemv_tiles read them
+(kernels_cuda/candidates.py; chosen from tables tuned on tiles, else at the row-major GEMV's config where `helps`);
+`qw.to(...)` drops them with the rest of the weight's cache.
 """
 
 from __future__ import annotations
