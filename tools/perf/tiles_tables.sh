@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 23: tables tuned on decode tiles (tuning_db/nvidia_h200_decode_tiles.yaml), one call (~7 min):
-#   OUT=dir [TESTS=1] [SUITE=0] [RETUNE=1] [BENCH=1] [BENCH_UNTILED=0] bash tools/perf/tiles_tables.sh
+#   OUT=dir [TESTS=1] [SUITE=0] [RETUNE=1] [BENCH=1] [BENCH_UNTILED=0] [UNTABLED=0] bash tools/perf/tiles_tables.sh
 # 1. the decode-tiles GPU tests (the GEMVs on tiles bit-identical to the row-major codes, every config; dispatch's
 #    hand-over to the variants on tiles; CUDA graphs) and the dispatcher's GPU tests;
 # 2. only if they pass:
@@ -10,6 +10,8 @@
 #       the config the row-major table chose (--keep-configs), timed in the same run;
 #    b. the decode bench with tiles on that table (tools.bench --decode-tiles, M = 1, 4, 16); BENCH_UNTILED=1: first the
 #       same bench without tiles (the default path), in the same call.
+# UNTABLED=1: last, the shapes in no table with tiles (tools.bench --what untabled --decode-tiles, M = 1, 16): the fallback
+#    chain's pick for a weight with tiles against autotuning that shape with tiles (3 configs a candidate).
 # SUITE=1: the whole GPU test suite (pytest -m gpu tests) instead of step 1's files. Re-check of the shipped tables
 # (session 23, call 3): SUITE=1 RETUNE=0 BENCH_UNTILED=1 GATE=0.
 # Returned: env.txt, summary.txt, nvidia_h200_decode_tiles.yaml (step 2a), tiles_tables.tgz (logs, journal, bench).
@@ -55,6 +57,12 @@ if [ $ok = 1 ] && [ "${BENCH:-1}" = 1 ]; then
     --formats fp8_row,mxfp8,fp8_block,fp8_tensor,fp8_row:fp8 --no-candidates --decode-tiles --tables "$W/tables" \
     --budget-s ${BENCH_BUDGET_S:-160} --out "$W/bench" > "$W/bench.log" 2>&1
   echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -A8 "^| target" "$W/bench.log" | head -8
+fi
+if [ $ok = 1 ] && [ "${UNTABLED:-0}" = 1 ]; then
+  timeout ${UNTABLED_TIMEOUT:-300} python3 -m tools.bench --what untabled --untabled-m 1,16 \
+    --formats fp8_row,mxfp8,fp8_block,fp8_tensor,fp8_row:fp8 --decode-tiles --budget-s ${UNTABLED_BUDGET_S:-240} \
+    --out "$W/untabled" > "$W/untabled.log" 2>&1
+  echo "untabled rc=$? $(( $(date +%s) - t0 )) s"; grep -iA12 "untabled" "$W/untabled.log" | tail -14
 fi
 } 2>&1 | tee "$DEST/summary.txt"
 tar czf "$DEST/tiles_tables.tgz" -C "$W" .
