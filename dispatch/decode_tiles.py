@@ -48,7 +48,8 @@ def add_decode_tiles(qw: QWeight | torch.nn.Module, *, include: Sequence[str] = 
     Given a model (an nn.Module, after dispatch.quantize_model and the move to the GPU): every FP8Linear whose dotted
     name matches an `include` glob and no `exclude` glob gets tiles, except layers with K % 16 != 0 (no GEMV reads
     them). The model's `fp8dispatch_decode_tiles` lists the layers given tiles and `fp8dispatch_decode_tiles_bytes`
-    their total size; a later model.to(...) or load_state_dict drops them (the codes they copied may have changed)."""
+    their total size. Each layer keeps the choice (FP8Linear.add_decode_tiles): a later model.to("cuda") or
+    load_state_dict makes its tiles again from the codes it then holds."""
     if isinstance(qw, torch.nn.Module):
         return _add_to_model(qw, include, exclude)
     if not isinstance(qw, QWeight):
@@ -79,7 +80,7 @@ def _add_to_model(model: torch.nn.Module, include: Sequence[str], exclude: Seque
     done, nbytes = [], 0
     for name, mod in model.named_modules():
         if isinstance(mod, FP8Linear) and chosen(name) and mod.in_features % 16 == 0:
-            add_decode_tiles(mod.qweight)
+            mod.add_decode_tiles()
             done.append(name)
             nbytes += mod.qweight._cache[CACHE_KEY].numel()
     model.fp8dispatch_decode_tiles = done

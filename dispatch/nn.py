@@ -4,6 +4,10 @@ State dict of an FP8Linear: `qdata` (float8_e4m3fn [N, K]), `scale` (QWeight.to_
 e8m0 codes for mxfp8), `fp8_format` (uint8 [2]: indices into FORMATS and ACTS, so the format travels with the
 tensors through safetensors without file metadata) and `bias` when present. Loading a state dict rebuilds the
 QWeight, which drops cached plans and prepared layouts derived from the old values.
+
+Decode tiles (`layer.add_decode_tiles()`, or `dispatch.add_decode_tiles(model)` for many layers) are a choice of the
+layer, not of one QWeight: every rebuild on a CUDA device (`.to("cuda")`, `load_state_dict`) makes them again from the
+codes it now holds, so they never go stale and are not lost by a move. They are not part of the state dict.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from .decode_tiles import add_decode_tiles
 from .formats import Act, Format, QWeight
 from .linear import _linear, _wants_grad  # at import, not per call: a function-level import costs ~0.5 us a call
 from .ops import linear_op, remember
@@ -47,6 +52,7 @@ class FP8Linear(nn.Module):
         else:
             self.register_parameter("bias", None)
         self._qw = qweight
+        self.decode_tiles = False  # add_decode_tiles(): made again on every rebuild on a CUDA device
         self._remember()
 
     # --- construction ------------------------------------------------------------------------------
@@ -75,7 +81,16 @@ class FP8Linear(nn.Module):
         fmt, act = self.format, self.act
         scale = self.scale.view(torch.float8_e8m0fnu) if fmt is Format.MXFP8 else self.scale
         self._qw = QWeight(fmt, act, self.qdata, scale)
+        if self.decode_tiles and self._qw.device.type == "cuda":
+            add_decode_tiles(self._qw)
         self._remember()
+
+    def add_decode_tiles(self) -> "FP8Linear":
+        """Give this layer decode tiles (dispatch.add_decode_tiles: +N x K bytes on its CUDA device, for faster decode
+        GEMVs) now and after every move to a CUDA device or state-dict load. Returns the layer."""
+        add_decode_tiles(self._qw)  # raises, with the reason, where it cannot (a CPU weight, K % 16 != 0)
+        self.decode_tiles = True
+        return self
 
     def _remember(self) -> None:
         remember(self._qw)
@@ -111,7 +126,7 @@ class FP8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, format={self.format.value}, "
-                f"act={self.act.value}, bias={self.bias is not None}")
+                f"act={self.act.value}, bias={self.bias is not None}" + (", decode_tiles=True" if self.decode_tiles else ""))
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:

@@ -208,25 +208,22 @@ class _OnDecodeTiles:
     def tiles_help(self, config: KernelConfig, problem: Problem) -> bool:
         return _tiles.helps(config, problem.act, problem.fmt)
 
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, self.act)
+        return getattr(_tiles, self.launcher)(x2d, qw, bias, out_dtype, config)
+
 
 class CudaW8A16GemvTiles(_OnDecodeTiles, CudaW8A16Gemv):
     id = "cuda.w8a16_gemv_tiles"
     source_files = CudaW8A16Gemv.source_files + ("kernels_cuda/_tiles.py",)
-
-    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
-            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
-        qw.require(qw.format, Act.BF16)
-        return _tiles.w8a16_gemv_tiled(x2d, qw, bias, out_dtype, config)
+    act, launcher = Act.BF16, "w8a16_gemv_tiled"
 
 
 class CudaW8A8GemvTiles(_OnDecodeTiles, CudaW8A8Gemv):
     id = "cuda.w8a8_gemv_tiles"
     source_files = CudaW8A8Gemv.source_files + ("kernels_cuda/_tiles.py",)
-
-    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
-            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
-        qw.require(qw.format, Act.FP8)
-        return _tiles.w8a8_gemv_tiled(x2d, qw, bias, out_dtype, config)
+    act, launcher = Act.FP8, "w8a8_gemv_tiled"
 
 
 # The dequantize-then-cuBLAS route is for prefill: at decode M its two launches and 3 extra bytes of weight

@@ -705,3 +705,26 @@ def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
         tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw, tiles=torch.zeros(10, dtype=torch.uint8, device="cuda"))
     with pytest.raises(UnsupportedError, match="on cpu"):
         dispatch.add_decode_tiles(qw.to("cpu"))
+
+
+def test_fp8linear_keeps_its_decode_tiles_through_moves_and_loads(launch):
+    """A layer given decode tiles makes them again from its current codes on every rebuild on the GPU (load_state_dict,
+    .to("cuda") after a trip to the CPU): never stale, never silently lost; its output stays the reference's."""
+    tl = _tiles()
+    model = torch.nn.Sequential(torch.nn.Linear(1040, 300, bias=False)).cuda()
+    dispatch.quantize_model(model, "fp8_row")
+    dispatch.add_decode_tiles(model)
+    layer = model[0]
+    assert model.fp8dispatch_decode_tiles == ["0"] and torch.equal(tl.decode_tiles(layer.qweight),
+                                                                   tl.tile_codes(layer.qweight.qdata))
+    other = torch.nn.Sequential(torch.nn.Linear(1040, 300, bias=False)).cuda()
+    dispatch.quantize_model(other, "fp8_row")
+    model.load_state_dict(other.state_dict())
+    assert torch.equal(tl.decode_tiles(layer.qweight), tl.tile_codes(other[0].qweight.qdata))
+    model.to("cpu")
+    assert tl.decode_tiles(layer.qweight) is None
+    model.to("cuda")
+    assert torch.equal(tl.decode_tiles(layer.qweight), tl.tile_codes(layer.qweight.qdata))
+    x = _x(3, 1040, torch.bfloat16, 7)
+    ref = reference.linear(x, layer.qweight, None, torch.float32)
+    torch.testing.assert_close(model(x).float(), ref, rtol=2e-2, atol=2e-2)

@@ -192,7 +192,11 @@ def test_add_decode_tiles_to_a_model_by_layer_name(monkeypatch):
     assert model.fp8dispatch_decode_tiles == ["0", "1"]  # "2" has K = 40, "3" is excluded
     assert model.fp8dispatch_decode_tiles_bytes == 64 * 256 + 64 * 128  # rows padded to 32, K to 128
     for i, layer in enumerate(model):
-        assert (tl.decode_tiles(layer.qweight) is not None) == (i < 2)
+        assert (tl.decode_tiles(layer.qweight) is not None) == (i < 2) == layer.decode_tiles
+    assert "decode_tiles=True" in repr(model[0]) and "decode_tiles" not in repr(model[3])
+    assert not any("tiles" in k for k in model.state_dict())  # a derived copy: never saved
+    model.to("cpu")  # a rebuild off the GPU: no tiles there, the layer keeps its choice for the next move to CUDA
+    assert tl.decode_tiles(model[0].qweight) is None and model[0].decode_tiles
     with pytest.raises(TypeError, match="list of glob"):
         dispatch.add_decode_tiles(model, include="0")
     with pytest.raises(TypeError, match="QWeight or a model"):
