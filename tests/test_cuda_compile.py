@@ -204,7 +204,8 @@ def test_import_touches_nothing_and_reports_unavailable_without_gpu():
     from kernels_cuda import candidates
 
     cands = candidates.candidates()
-    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.w8a8_gemv_fq", "cuda.dequant_cublas"}
+    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.w8a8_gemv_fq", "cuda.w8a16_gemv_tiles",
+                                     "cuda.w8a8_gemv_tiles", "cuda.dequant_cublas"}
     if not torch.cuda.is_available():
         s = cands[0].available()
         assert not s and s.reason

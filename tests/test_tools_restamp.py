@@ -168,9 +168,11 @@ def test_image_digest_keys_name_the_candidates_that_load_them():
     from tools.perf import cuda_image_digest as cid
     from tools.perf.precompile_cuda import variants
 
-    owners = {cid.module_key(it).split("|")[0] for it in variants("sm_90", ("native",))}
+    owners = {c for it in variants("sm_90", ("native",)) for c in cid.module_key(it).split("|")[0].split(",")}
     assert "*" not in owners
     assert owners == {c.id for c in cuda_candidates()}
     assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0), ("FP8D_CFG_FQ", 1))) == "cuda.w8a8_gemv_fq"
     assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0),)) == "cuda.w8a8_gemv"
+    assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0), ("FP8D_CFG_TILED", 1))) == "cuda.w8a8_gemv_tiles"
+    assert cid.module_candidates("gemv_w8a16.cu", (("FP8D_CFG_TILED", 1),)) == "cuda.w8a16_gemv_tiles"
     assert cid.module_candidates("new_kernel.cu", ()) == "*"

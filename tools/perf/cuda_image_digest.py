@@ -25,9 +25,14 @@ import sys
 def module_candidates(name: str, defines: tuple) -> str:
     """The candidate ids (comma-separated) whose launches load this module; "*" when the source is not known here
     (then every CUDA candidate counts as affected)."""
-    if name == "gemv_w8a8.cu":
-        return "cuda.w8a8_gemv_fq" if dict(defines).get("FP8D_CFG_FQ") else "cuda.w8a8_gemv"
-    return {"gemv_w8a16.cu": "cuda.w8a16_gemv", "act_quant.cu": "cuda.w8a8_gemv", "dequant.cu": "cuda.dequant_cublas",
+    d = dict(defines)
+    if name in ("gemv_w8a16.cu", "gemv_w8a8.cu"):
+        family = "cuda.w8a16_gemv" if name == "gemv_w8a16.cu" else "cuda.w8a8_gemv"
+        if d.get("FP8D_CFG_TILED"):  # the variants on decode tiles (kernels_cuda/_tiles.py)
+            return family + "_tiles"
+        return "cuda.w8a8_gemv_fq" if d.get("FP8D_CFG_FQ") else family
+    # the activation quantizer runs before both W8A8 GEMVs of two launches
+    return {"act_quant.cu": "cuda.w8a8_gemv,cuda.w8a8_gemv_tiles", "dequant.cu": "cuda.dequant_cublas",
             "scale_cols.cu": "cuda.dequant_cublas"}.get(name, "*")
 
 
