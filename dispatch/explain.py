@@ -13,6 +13,7 @@ import torch
 
 from .force import current as current_policy
 from . import registry
+from .decode_tiles import LAYOUT as DECODE_TILES
 from .formats import QWeight
 from .linear import _problem, fast_bucket
 from .problem import Problem
@@ -97,7 +98,32 @@ def explain(x_or_shape: "torch.Tensor | Sequence[int] | int", qw: QWeight, targe
     if problem.decode_tiles:
         cand = registry.get(decision.candidate_id)
         notes += (_tiles_note(decision, cand is not None and cand.reads_decode_tiles),)
+    else:
+        tiled = select(dataclasses.replace(problem, decode_tiles=True), target, tables, cands, current_policy(),
+                       unavailable=registry.unavailable_backends())
+        offer = _tiles_offer(problem, decision, tiled, tables)
+        notes += (offer,) if offer else ()
     return Explanation(m, problem, target, decision, tables, unvalidated, notes)
+
+
+# explain() mentions decode tiles to a weight without them where the table tuned on tiles is at least this much faster for
+# the key (entries of two runs: single cells move by up to 9 % between runs on the H200 with no code change).
+TILES_OFFER_RATIO = 0.93
+
+
+def _tiles_offer(problem: Problem, decision: Decision, tiled: Decision, tables: TableSet) -> str | None:
+    """What the table tuned on decode tiles measured for this key, where a weight with tiles would use that entry and it
+    is faster than this decision's entry."""
+    if decision.source != "table" or tiled.source != "table" or not tiled.detail.endswith("tuned on decode tiles"):
+        return None
+    key = (problem.fmt, problem.act, problem.n, problem.k, problem.bucket)
+    here = next((e for _, _, e in tables.exact(key) if e.impl == decision.candidate_id), None)
+    there = next((e for _, _, e in tables.exact(key, DECODE_TILES) if e.impl == tiled.candidate_id), None)
+    if here is None or there is None or there.us > TILES_OFFER_RATIO * here.us:
+        return None
+    return (f"dispatch.add_decode_tiles(qw) (a copy of the codes: +{problem.n * problem.k / 1e6:.0f} MB) would run "
+            f"{there.impl}: {there.us:g} us in the table tuned on decode tiles ({there.date}) against {here.us:g} us for "
+            f"this pick ({here.date}); the two tables are different runs (tools.bench --decode-tiles times both in one)")
 
 
 def _tiles_note(decision: Decision, reads: bool) -> str:

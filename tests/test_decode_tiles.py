@@ -201,3 +201,30 @@ def test_add_decode_tiles_to_a_model_by_layer_name(monkeypatch):
         dispatch.add_decode_tiles(model, include="0")
     with pytest.raises(TypeError, match="QWeight or a model"):
         dispatch.add_decode_tiles(torch.zeros(3))
+
+
+def test_explain_offers_decode_tiles_where_the_table_tuned_on_them_is_faster(monkeypatch):
+    """A decode-size weight without tiles: explain() names what the table tuned on tiles measured for its key, with the
+    memory it costs, when that entry is at least TILES_OFFER_RATIO faster than the pick's; nothing at prefill sizes,
+    nothing below the ratio, and no offer once the weight has tiles."""
+    import importlib
+
+    from dispatch.target import Target
+
+    explain_mod = importlib.import_module("dispatch.explain")  # (dispatch.explain is the function)
+
+    t = Target.simulated_for("sm_90", torch_version="2.11.0")
+    qw = dispatch.quantize(torch.randn(4096, 4096), "fp8_row")
+    e = dispatch.explain(1, qw, target=t)
+    offer = next(n for n in e.notes if n.startswith("dispatch.add_decode_tiles(qw)"))
+    key = (qw.format, qw.act, 4096, 4096, 1)
+    here = next(x for _, _, x in e.tables.exact(key) if x.impl == e.decision.candidate_id)
+    there = next(x for _, _, x in e.tables.exact(key, "decode_tiles"))
+    assert there.us <= explain_mod.TILES_OFFER_RATIO * here.us
+    assert f"{there.us:g} us" in offer and f"{here.us:g} us" in offer and "+17 MB" in offer
+    assert not any("add_decode_tiles" in n for n in dispatch.explain(64, qw, target=t).notes)
+    monkeypatch.setattr(explain_mod, "TILES_OFFER_RATIO", there.us / here.us - 1e-3)
+    assert not any("add_decode_tiles(qw)" in n for n in dispatch.explain(1, qw, target=t).notes)
+    monkeypatch.undo()
+    notes = dispatch.explain(1, _with_tiles(qw), target=t).notes
+    assert not any(n.startswith("dispatch.add_decode_tiles(qw)") for n in notes) and any("reads" in n for n in notes)
