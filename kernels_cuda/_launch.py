@@ -97,15 +97,17 @@ def _kernel(name: str, entry: str, defines: tuple[tuple[str, Any], ...], device:
 # Module keys: (source, entry, defines) of each kernel the launchers load. They are the whole compile key besides the
 # arch (compiler.compile_module), so tools/perf/precompile_cuda.py compiles exactly these to fill the cache.
 def gemv_module(w8a8: bool, kind_code: int, xkind: int, m: int, cfg: GemvConfig, emulate_mma: bool = False,
-                force_sw_cvt: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+                force_sw_cvt: bool = False, tiled: bool = False) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
     """The GEMV module for a family (w8a8), its scale layout / activation granularity code, x dtype code (W8A16
-    only), M tokens and config."""
+    only), M tokens and config; `tiled`: reading a weight's decode tiles (kernels_cuda/_tiles.py, FP8D_CFG_TILED)."""
     if w8a8:
         name, entry, d = "gemv_w8a8.cu", "fp8d_w8a8_gemv", {"FP8D_CFG_ACTQ": kind_code}
     else:
         name, entry, d = "gemv_w8a16.cu", "fp8d_w8a16_gemv", {"FP8D_CFG_SCALE": kind_code, "FP8D_CFG_XKIND": xkind}
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
               **_extra_defines(emulate_mma, force_sw_cvt)})
+    if tiled:
+        d["FP8D_CFG_TILED"] = 1
     return name, entry, tuple(sorted(d.items()))
 
 
@@ -123,12 +125,13 @@ def dequant_module(fmt: Format, force_sw_cvt: bool = False) -> tuple[str, str, t
 
 @functools.lru_cache(maxsize=4096)
 def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
-               emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
+               emulate_mma: bool, force_sw_cvt: bool,
+               tiled: bool = False) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
     """(kernel, grid, block, smem, pdl) of one GEMV launch, cached: a decode step must not rebuild the defines, the
     module key and the geometry in Python on every call (the host cost is the decode latency when the
     caller does not use CUDA graphs)."""
     arch = arch or device_arch(device)
-    kernel = _kernel(*gemv_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt), device, arch)
+    kernel = _kernel(*gemv_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt, tiled), device, arch)
     return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
             pdl_allowed(arch))
 
@@ -173,11 +176,31 @@ def _out_and_bias(x2d, n, bias, out_dtype):
     return y, out_dtype
 
 
+# Decode tiles (kernels_cuda/_tiles.py builds them): rows padded to two 16-row tiles (a CTA of two row tiles reads a
+# pair), K to whole 128-wide steps.
+TILE_ROWS, TILE_K = 32, 128
+
+
+def tiles_nbytes(n: int, k: int) -> int:
+    return math.ceil(n / TILE_ROWS) * TILE_ROWS * math.ceil(k / TILE_K) * TILE_K
+
+
+def _check_tiles(tiles: torch.Tensor, qw: QWeight) -> torch.Tensor:
+    n, k = qw.shape
+    if tiles.dtype != torch.uint8 or tiles.numel() != tiles_nbytes(n, k) or tiles.device != qw.device:
+        raise FormatError(f"decode tiles of {tiles.numel()} {tiles.dtype} bytes on {tiles.device} are not the tiled "
+                          f"layout of a [{n}, {k}] weight on {qw.device} ({tiles_nbytes(n, k)} uint8); make them with "
+                          "dispatch.add_decode_tiles")
+    return tiles
+
+
 def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-               config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
-               force_sw_cvt: bool = False) -> torch.Tensor:
-    """y = x2d @ dequantize(qw).T (+ bias) for bf16/fp16 x, any of the four formats, 1 <= M <= 32."""
+               config: GemvConfig | None = None, *, tiles: torch.Tensor | None = None, arch: str | None = None,
+               emulate_mma: bool = False, force_sw_cvt: bool = False) -> torch.Tensor:
+    """y = x2d @ dequantize(qw).T (+ bias) for bf16/fp16 x, any of the four formats, 1 <= M <= 32. `tiles`: the
+    weight's decode tiles (kernels_cuda/_tiles.py) to read instead of its codes: the same sums, the same bits."""
     m, n, k = _check_gemv(x2d, qw)
+    w = qw.qdata if tiles is None else _check_tiles(tiles, qw)
     if x2d.dtype not in (torch.bfloat16, torch.float16):
         raise UnsupportedError(f"W8A16 GEMV takes bf16 or fp16 activations, got {x2d.dtype}")
     if qw.format is Format.MXFP8 and x2d.dtype == torch.float16:
@@ -189,10 +212,10 @@ def w8a16_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     x2d = _aligned16(x2d)
     kernel, grid, block, smem, pdl = _gemv_spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
-                                           x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
+                                           x2d.device.index or 0, arch, emulate_mma, force_sw_cvt, tiles is not None)
     # mxfp8: each CTA first scans its rows' scale codes with 16-byte loads (gemv_w8a16.cu cta_needs_rare)
     scale = _aligned16(qw.scale) if qw.format is Format.MXFP8 else qw.scale
-    args = (ptr(qw.qdata), ptr(scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
+    args = (ptr(w), ptr(scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y
@@ -267,10 +290,12 @@ def _act_quant_launches(m: int, k: int, g: ActGranularity, device: int, arch: st
 
 
 def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-              config: GemvConfig | None = None, *, arch: str | None = None, emulate_mma: bool = False,
-              force_sw_cvt: bool = False) -> torch.Tensor:
-    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV."""
+              config: GemvConfig | None = None, *, tiles: torch.Tensor | None = None, arch: str | None = None,
+              emulate_mma: bool = False, force_sw_cvt: bool = False) -> torch.Tensor:
+    """W8A8 decode: fused activation quantization (the granularity the format implies), then the fp8 GEMV (`tiles`:
+    reading the weight's decode tiles, as w8a16_gemv)."""
     m, n, k = _check_gemv(x2d, qw)
+    w = qw.qdata if tiles is None else _check_tiles(tiles, qw)
     g = qw.act_granularity
     if g is None:
         raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv")
@@ -280,8 +305,8 @@ def w8a8_gemv(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None, 
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
     xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
     kernel, grid, block, smem, pdl = _gemv_spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
-                                           emulate_mma, force_sw_cvt)
-    args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
+                                           emulate_mma, force_sw_cvt, tiles is not None)
+    args = (ptr(w), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
     return y

@@ -13,15 +13,14 @@ Why opt-in: the tiles are a COPY (N x K bytes, rows padded to 32 and K to 128). 
 the Triton GEMMs, the dequantize route) read the row-major codes, so a weight that serves both keeps both: +100 % of
 its code memory, allocated here, at load time, where an engine budgets it (never on the first token).
 `dispatch.add_decode_tiles(qw)` makes them; the candidates cuda.w8a16_gemv_tiles / cuda.w8a8_gemv_tiles read them
-(kernels_cuda/candidates.py; chosen from tables tuned on tiles, else at the row-major GEMV's config where `helps`);
+through the GEMV launchers' `tiles=` argument (kernels_cuda/_launch.py; chosen from tables tuned on tiles, else at the
+row-major GEMV's config where `helps`);
 `qw.to(...)` drops them with the rest of the weight's cache.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any
 
 import torch
 
@@ -29,15 +28,8 @@ from dispatch.decode_tiles import CACHE_KEY as TILES_KEY
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Act, Format, QWeight
 
-from . import _driver
-from ._driver import ptr
-from ._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-from ._launch import (_aligned16, _check_gemv, _kernel, _out_and_bias, device_arch, gemv_module, pdl_allowed,
-                      quantize_activation)
+from ._launch import TILE_K, TILE_ROWS as ROW_MULTIPLE, tiles_nbytes
 from .configs import THREE_CTAS_AT_RING_1, GemvConfig
-
-ROW_MULTIPLE = 32  # two 16-row tiles per CTA read a pair: pad rows so the second of the last pair exists
-BLOCK_BYTES = 16 * 128
 
 
 CHUNK_BYTES = 64 << 20  # transient memory of tile_codes beyond its output: one padded chunk of rows
@@ -48,9 +40,9 @@ def tile_codes(codes: torch.Tensor) -> torch.Tensor:
     Row tiles are the outermost dimension, so it is built ROW_MULTIPLE-row chunks at a time: at most ~CHUNK_BYTES of
     transient memory beyond the output, as the quantizers bound theirs."""
     n, k = codes.shape
-    np_, kp = math.ceil(n / ROW_MULTIPLE) * ROW_MULTIPLE, math.ceil(k / 128) * 128
+    np_, kp = math.ceil(n / ROW_MULTIPLE) * ROW_MULTIPLE, math.ceil(k / TILE_K) * TILE_K
     src = codes.view(torch.uint8)
-    out = torch.empty(np_ * kp, dtype=torch.uint8, device=codes.device)
+    out = torch.empty(tiles_nbytes(n, k), dtype=torch.uint8, device=codes.device)
     rows = max(ROW_MULTIPLE, CHUNK_BYTES // kp // ROW_MULTIPLE * ROW_MULTIPLE)
     for r0 in range(0, np_, rows):
         r1 = min(r0 + rows, np_)
@@ -87,80 +79,10 @@ def helps(cfg: GemvConfig, act: Act, fmt: Format) -> bool:
     return not (cfg.mtiles == 1 and cfg.unroll == 1 and (act, fmt) in THREE_CTAS_AT_RING_1)
 
 
-def _tiled_module(w8a8: bool, kind_code: int, xkind: int, m: int, cfg: GemvConfig, emulate_mma: bool,
-                  force_sw_cvt: bool) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
-    name, entry, d = gemv_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt)
-    return name, entry, tuple(sorted(d + (("FP8D_CFG_TILED", 1),)))
-
-
-@functools.lru_cache(maxsize=4096)
-def _spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: GemvConfig, device: int, arch: str | None,
-          emulate_mma: bool, force_sw_cvt: bool) -> tuple[_driver.LoadedKernel, tuple, tuple, int, bool]:
-    """(kernel, grid, block, smem, pdl), cached per shape (the row-major launcher's geometry)."""
-    arch = arch or device_arch(device)
-    kernel = _kernel(*_tiled_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt), device, arch)
-    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
-            pdl_allowed(arch))
-
-
-def _tiles_of(qw: QWeight, tiles: torch.Tensor | None) -> torch.Tensor:
-    tiles = decode_tiles(qw) if tiles is None else tiles
+def tiles_of(qw: QWeight) -> torch.Tensor:
+    """The weight's decode tiles, for the `tiles=` argument of _launch.w8a16_gemv / w8a8_gemv (which check the layout's
+    size); FormatError when it has none."""
+    tiles = qw._cache.get(TILES_KEY)
     if tiles is None:
         raise FormatError(f"{qw!r} has no decode tiles; make them with dispatch.add_decode_tiles(qw)")
-    n, k = qw.shape
-    want = math.ceil(n / ROW_MULTIPLE) * ROW_MULTIPLE * math.ceil(k / 128) * 128
-    if tiles.dtype != torch.uint8 or tiles.numel() != want or tiles.device != qw.device:
-        raise FormatError(f"decode tiles of {tiles.numel()} {tiles.dtype} bytes on {tiles.device} are not the tiled "
-                          f"layout of a [{n}, {k}] weight on {qw.device} ({want} uint8); make them with "
-                          "dispatch.add_decode_tiles")
     return tiles
-
-
-def w8a16_gemv_tiled(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
-                     out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *,
-                     tiles: torch.Tensor | None = None, arch: str | None = None, emulate_mma: bool = False,
-                     force_sw_cvt: bool = False) -> torch.Tensor:
-    """_launch.w8a16_gemv reading the weight's decode tiles: the same sums in the same order (the same bits)."""
-    m, n, k = _check_gemv(x2d, qw)
-    tiles = _tiles_of(qw, tiles)
-    if x2d.dtype not in (torch.bfloat16, torch.float16):
-        raise UnsupportedError(f"W8A16 GEMV takes bf16 or fp16 activations, got {x2d.dtype}")
-    if qw.format is Format.MXFP8 and x2d.dtype == torch.float16:
-        raise UnsupportedError("mxfp8 with fp16 activations: 2^e scales exceed fp16's range in the MMA operand; "
-                               "use bf16 activations")
-    cfg = config or GemvConfig()
-    if not cfg.fits(m):
-        raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
-    y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
-    x2d = _aligned16(x2d)
-    kernel, grid, block, smem, pdl = _spec(False, SCALE_CODE[qw.format], DTYPE_CODE[x2d.dtype], m, n, cfg,
-                                           x2d.device.index or 0, arch, emulate_mma, force_sw_cvt)
-    # mxfp8: each CTA first scans its rows' scale codes with 16-byte loads (gemv_w8a16.cu cta_needs_rare)
-    scale = _aligned16(qw.scale) if qw.format is Format.MXFP8 else qw.scale
-    args = (ptr(tiles), ptr(scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
-            DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
-    _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
-    return y
-
-
-def w8a8_gemv_tiled(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None = None,
-                    out_dtype: torch.dtype | None = None, config: GemvConfig | None = None, *,
-                    tiles: torch.Tensor | None = None, arch: str | None = None, emulate_mma: bool = False,
-                    force_sw_cvt: bool = False) -> torch.Tensor:
-    """_launch.w8a8_gemv (the fused activation quantizer, then the GEMV) reading the weight's decode tiles."""
-    m, n, k = _check_gemv(x2d, qw)
-    tiles = _tiles_of(qw, tiles)
-    g = qw.act_granularity
-    if g is None:
-        raise FormatError(f"{qw!r} is W8A16 (act='bf16'); use w8a16_gemv_tiled")
-    cfg = config or GemvConfig()
-    if not cfg.fits(m):
-        raise UnsupportedError(f"{cfg} does not fit the register budget at M = {m}")
-    y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
-    xq, xs = quantize_activation(x2d, g, arch=arch, force_sw_cvt=force_sw_cvt)
-    kernel, grid, block, smem, pdl = _spec(True, ACTQ_CODE[g], 0, m, n, cfg, x2d.device.index or 0, arch,
-                                           emulate_mma, force_sw_cvt)
-    args = (ptr(tiles), ptr(qw.scale), ptr(xq), ptr(xs), ptr(bias), ptr(y), m, n, k,
-            DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
-    _driver.launch(kernel, grid, block, args, smem, pdl=pdl)
-    return y

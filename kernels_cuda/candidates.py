@@ -211,19 +211,19 @@ class _OnDecodeTiles:
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
         qw.require(qw.format, self.act)
-        return getattr(_tiles, self.launcher)(x2d, qw, bias, out_dtype, config)
+        return getattr(_launch, self.launcher)(x2d, qw, bias, out_dtype, config, tiles=_tiles.tiles_of(qw))
 
 
 class CudaW8A16GemvTiles(_OnDecodeTiles, CudaW8A16Gemv):
     id = "cuda.w8a16_gemv_tiles"
     source_files = CudaW8A16Gemv.source_files + ("kernels_cuda/_tiles.py",)
-    act, launcher = Act.BF16, "w8a16_gemv_tiled"
+    act, launcher = Act.BF16, "w8a16_gemv"
 
 
 class CudaW8A8GemvTiles(_OnDecodeTiles, CudaW8A8Gemv):
     id = "cuda.w8a8_gemv_tiles"
     source_files = CudaW8A8Gemv.source_files + ("kernels_cuda/_tiles.py",)
-    act, launcher = Act.FP8, "w8a8_gemv_tiled"
+    act, launcher = Act.FP8, "w8a8_gemv"
 
 
 # The dequantize-then-cuBLAS route is for prefill: at decode M its two launches and 3 extra bytes of weight

@@ -639,8 +639,7 @@ def test_gemv_on_decode_tiles_equals_the_row_major_codes_bit_for_bit(launch, fmt
     under every config at M = 5 (native path), and on each MMA path."""
     tl = _tiles()
     kw = PATHS[path]
-    tiled_launch, row_launch = ((tl.w8a8_gemv_tiled, launch.w8a8_gemv) if act == "fp8" else
-                                (tl.w8a16_gemv_tiled, launch.w8a16_gemv))
+    row_launch = launch.w8a8_gemv if act == "fp8" else launch.w8a16_gemv
     for (n, k), seed in zip(SHAPES, itertools.count(80)):
         qw = dispatch.add_decode_tiles(dispatch.quantize(_weight(n, k, seed), fmt, act=act))
         bias = torch.randn(n, device="cuda").to(torch.bfloat16)
@@ -649,7 +648,7 @@ def test_gemv_on_decode_tiles_equals_the_row_major_codes_bit_for_bit(launch, fmt
             cfgs = _every_config(m) if m == 5 and path == "native" else [None]
             for cfg in cfgs:
                 for b in (None, bias):
-                    y1 = tiled_launch(x, qw, b, torch.float32, cfg, **kw)
+                    y1 = row_launch(x, qw, b, torch.float32, cfg, tiles=tl.tiles_of(qw), **kw)
                     y2 = row_launch(x, qw, b, torch.float32, cfg, **kw)
                     assert _same_bits(y1, y2), f"{fmt}/{act} {path} [{m}, {n}, {k}] {cfg} bias={b is not None}"
 
@@ -700,9 +699,9 @@ def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
     assert tl.decode_tiles(tiled.to("cpu")) is None
     qw = dispatch.quantize(_weight(300, 1040, 4), Format.FP8_ROW, act="bf16")
     with pytest.raises(FormatError, match="no decode tiles"):
-        tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw)
+        tl.tiles_of(qw)
     with pytest.raises(FormatError, match="tiled layout"):
-        tl.w8a16_gemv_tiled(_x(1, 1040, torch.bfloat16, 1), qw, tiles=torch.zeros(10, dtype=torch.uint8, device="cuda"))
+        launch.w8a16_gemv(_x(1, 1040, torch.bfloat16, 1), qw, tiles=torch.zeros(10, dtype=torch.uint8, device="cuda"))
     with pytest.raises(UnsupportedError, match="on cpu"):
         dispatch.add_decode_tiles(qw.to("cpu"))
 

@@ -51,9 +51,12 @@ def test_tiles_refuse_what_they_cannot_serve():
         dispatch.add_decode_tiles(qw)
     assert tl.decode_tiles(qw) is None
     with pytest.raises(FormatError, match="no decode tiles"):
-        tl._tiles_of(qw, None)
+        tl.tiles_of(qw)
+    from kernels_cuda import _launch
+
     with pytest.raises(FormatError, match="tiled layout of a \\[64, 256\\]"):
-        tl._tiles_of(qw, torch.zeros(7, dtype=torch.uint8))
+        _launch._check_tiles(torch.zeros(7, dtype=torch.uint8), qw)
+    assert _launch._check_tiles(tl.tile_codes(qw.qdata), qw) is not None
     from dispatch.formats import Act, Format
     from kernels_cuda.configs import GemvConfig
 
@@ -68,8 +71,8 @@ def test_tiles_refuse_what_they_cannot_serve():
 def test_tiled_gemv_modules_compile_without_spills(arch):
     """The tiled loads add address registers: every (family, token tile, row tiles, ring) the launchers can ask for
     still compiles under __launch_bounds__(256, 2) without local-memory spills."""
-    tl = _tiles()
-    from kernels_cuda import compiler
+    _tiles()
+    from kernels_cuda import _launch, compiler
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
     from dispatch.formats import ActGranularity, Format
@@ -84,7 +87,7 @@ def test_tiled_gemv_modules_compile_without_spills(arch):
             for cfg in (GemvConfig(8, mt, u) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)):
                 if not cfg.fits(m):
                     continue
-                name, _, d = tl._tiled_module(w8a8, code, xkind, m, cfg, False, False)
+                name, _, d = _launch.gemv_module(w8a8, code, xkind, m, cfg, tiled=True)
                 res = compiler.ptxas_resources(compiler.compile_module(name, arch, dict(d)).log)
                 assert res.get("spill_bytes", 0) == 0, (w8a8, code, m, cfg, res)
 
@@ -146,11 +149,12 @@ def test_gemv_candidates_and_their_variants_on_tiles_call_their_launchers(act, m
     from kernels_cuda.configs import GemvConfig
 
     calls = []
-    for mod, name in ((tl, "w8a16_gemv_tiled"), (tl, "w8a8_gemv_tiled"), (_launch, "w8a16_gemv"),
-                      (_launch, "w8a8_gemv")):
-        monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: calls.append(_n))
+    for name in ("w8a16_gemv", "w8a8_gemv"):  # recorders: the launcher and whether it was given the tiles
+        monkeypatch.setattr(_launch, name, lambda *a, _n=name, tiles=None, **k: calls.append(
+            (_n, tiles is not None and tiles is tl.decode_tiles(a[1]))))
     cand, variant = (CudaW8A16Gemv(), CudaW8A16GemvTiles()) if act == "bf16" else (CudaW8A8Gemv(), CudaW8A8GemvTiles())
-    row, tiled = ("w8a16_gemv", "w8a16_gemv_tiled") if act == "bf16" else ("w8a8_gemv", "w8a8_gemv_tiled")
+    launcher = "w8a16_gemv" if act == "bf16" else "w8a8_gemv"
+    row, tiled = (launcher, False), (launcher, True)
     assert cand.decode_tiles_variant == variant.id and variant.reads_decode_tiles and not cand.reads_decode_tiles
     qw = _with_tiles(dispatch.quantize(torch.randn(64, 256), "fp8_row", act=act))
     x = torch.randn(1, 256)

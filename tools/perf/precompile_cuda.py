@@ -39,7 +39,6 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda._dequant_route import scale_cols_module
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
-    from kernels_cuda._tiles import _tiled_module
     from kernels_cuda._w8a8_fused import FQ_MAX_M, FqGemvConfig, fused_module
     from kernels_cuda.configs import MAX_UNROLL, GemvConfig
 
@@ -57,12 +56,12 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
                         name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[xdt], m, cfg, emulate)
                         out.append(("gemv", name, d, a))
                     # the same GEMV on decode tiles (kernels_cuda/_tiles.py), bf16 activations
-                    name, _, d = _tiled_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, emulate, False)
+                    name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, emulate, tiled=True)
                     out.append(("gemv", name, d, a))
                 for g in ActGranularity:
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate)
                     out.append(("gemv", name, d, a))
-                    name, _, d = _tiled_module(True, ACTQ_CODE[g], 0, m, cfg, emulate, False)
+                    name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate, tiled=True)
                     out.append(("gemv", name, d, a))
                     if m <= FQ_MAX_M:  # the one-launch W8A8 GEMV (kernels_cuda/_w8a8_fused.py), persistent or not
                         for persistent in (True, False):

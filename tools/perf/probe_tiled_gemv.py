@@ -13,7 +13,7 @@ and checks both give the same bits. With --all-configs also, per cell:
   tiled_best: the tiled module over every config of the GEMV's space (kernels_cuda.configs.gemv_configs)
   dispatched: dispatch.linear on the shipped table (what tools.bench reports)
 so that the decode targets can be counted with the tiled GEMV as one more candidate. The tiles and the tiled launches are
-the product's (kernels_cuda/_tiles.py: tile_codes, w8a16_gemv_tiled, w8a8_gemv_tiled; session 22's calls 5-8 ran an
+the product's (kernels_cuda/_tiles.py tile_codes; the GEMV launchers' `tiles=` argument; session 22's calls 5-8 ran an
 earlier copy of that code inside this probe, the same layout, modules and geometry), made for each rotating weight
 copy. The bench's timing: graph replay over weight copies rotating through > 3.3x L2, median. A JSON line per cell; a
 table last.
@@ -24,8 +24,7 @@ table last.
 
 from __future__ import annotations
 
-import argparse
-import json
+from tools.perf.probe_harness import Probe, parser
 
 SHAPES = "4096x14336,8192x8192,28672x4096,128256x4096,4096x4096,6144x4096,6656x2560,8192x2560"
 
@@ -39,114 +38,69 @@ def _compile(item: tuple) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import torch
-
-    import tuning_db
-    from dispatch import tables
-    from dispatch.formats import Act, Format, act_granularity
-    from dispatch.problem import Problem
-    from dispatch.target import detect
-    from dispatch.weight_quant import quantize
-    from kernels_cuda import _launch, _tiles
-    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-    from kernels_cuda.configs import GemvConfig, default_gemv_config
-    from tools.perf.timing import CudaTimer, RotationPolicy, TimingPolicy, l2_bytes, measure_ceilings, warm_gpu
-    from tools.perf.workload import bf16_copies, build_weight_set, make_activation, make_weight
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--m", default="1,16")
-    ap.add_argument("--formats", default="fp8_row,mxfp8,fp8_block", help="format[:act] list, act bf16 (default) or fp8")
-    ap.add_argument("--all-configs", action="store_true", help="also the tiled GEMV's best config and dispatch.linear")
-    ap.add_argument("--out")
-    a = ap.parse_args(argv)
     import concurrent.futures
     import os
 
+    import torch
+
     import dispatch
+    from dispatch.formats import Act, Format, act_granularity
+    from dispatch.problem import Problem
+    from kernels_cuda import _launch, _tiles
+    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda.configs import gemv_configs
-    timer, rot, l2, target = CudaTimer(), RotationPolicy(), l2_bytes(), detect("cuda")
-    policy = TimingPolicy(target_graph_us=2000.0, min_calls=20, max_calls=300, replays=5, eager_iters=3)
-    table = tables.load_table(str(next(iter(tuning_db.table_paths()))))
-    entries = {(e.format, e.act, e.n, e.k, e.m_bucket): e for e in table.entries}
-    out = open(a.out, "a") if a.out else None
+    from tools.perf.timing import measure_ceilings
+
+    ap = parser(__doc__, m="1,16", formats="fp8_row,mxfp8,fp8_block", shapes=SHAPES)
+    ap.add_argument("--all-configs", action="store_true", help="also the tiled GEMV's best config and dispatch.linear")
+    a = ap.parse_args(argv)
+    probe = Probe(a, eager_iters=3)
     arch = _launch.device_arch(torch.cuda.current_device())
-    rows = []
-    cells = [(tuple(int(v) for v in shape.split("x")), spec, m) for shape in a.shapes.split(",")
-             for spec in a.formats.split(",") for m in (int(v) for v in a.m.split(","))]
-
-    def parse(spec: str) -> tuple[Format, Act]:
-        fname, _, aname = spec.partition(":")
-        return Format(fname), Act(aname or "bf16")
-
-    def tiled_module(fmt: Format, act: Act, m: int, cfg: GemvConfig) -> tuple[str, str, tuple]:
-        if act is Act.FP8:
-            return _tiles._tiled_module(True, ACTQ_CODE[act_granularity(fmt, act)], 0, m, cfg, False, False)
-        return _tiles._tiled_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, False, False)
-
     if a.all_configs:  # every tiled module the cells will load, compiled up front on all cores
         todo = set()
-        for (n, k), spec, m in cells:
-            fmt, act = parse(spec)
-            for c in gemv_configs(Problem(fmt, act, m, n, k), target):
-                name, _, d = tiled_module(fmt, act, m, c)
-                todo.add((name, d, arch))
+        for shape in a.shapes.split(","):
+            n, k = (int(v) for v in shape.split("x"))
+            for spec in a.formats.split(","):
+                fname, _, aname = spec.partition(":")
+                fmt, act = Format(fname), Act(aname or "bf16")
+                w8a8 = act is Act.FP8
+                code, xkind = ((ACTQ_CODE[act_granularity(fmt, act)], 0) if w8a8 else
+                               (SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16]))
+                for m in (int(v) for v in a.m.split(",")):
+                    for c in gemv_configs(Problem(fmt, act, m, n, k), probe.target):
+                        name, _, d = _launch.gemv_module(w8a8, code, xkind, m, c, tiled=True)
+                        todo.add((name, d, arch))
         with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
             list(pool.map(_compile, sorted(todo)))
         print(f"compiled {len(todo)} tiled modules", flush=True)
-    warm_gpu(1.0)
-    for shape in a.shapes.split(","):
-        n, k = (int(v) for v in shape.split("x"))
-        w = make_weight(n, k, "cuda")
-        bw = bf16_copies(w, l2_bytes=l2, rotation=rot)
-        for spec in a.formats.split(","):
-            fmt, act = parse(spec)
-            w8a8 = act is Act.FP8
-            ws = build_weight_set(w, fmt, act, l2_bytes=l2, rotation=rot, quantize=quantize)
-            q = ws.copies
-            tiled = [_tiles.tile_codes(c.qdata) for c in q]
-            impl = "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv"
-            launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
-            tiled_launcher = _tiles.w8a8_gemv_tiled if w8a8 else _tiles.w8a16_gemv_tiled
-            for m in (int(v) for v in a.m.split(",")):
-                p = Problem(fmt, act, m, n, k)
-                e = entries.get((fmt, act, n, k, p.bucket))
-                cfg = GemvConfig.from_dict(dict(e.config)) if e is not None and e.impl == impl \
-                    else default_gemv_config(p, target)
-                x = make_activation(m, k, "cuda")
+    for c in probe.cells("bf16"):
+        w8a8 = c.act is Act.FP8
+        q, x = c.ws.copies, c.x
+        tiled = c.ws.prepared("decode_tiles", lambda qw: _tiles.tile_codes(qw.qdata))
+        launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
+        cfg = probe.gemv_config(c.problem, "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv")
 
-                def make_tiled(cfg, x=x, q=q, tw=tiled, f=tiled_launcher):
-                    return lambda i: f(x, q[i], None, None, cfg, tiles=tw[i])
+        def make_tiled(cfg, x=x, q=q, tw=tiled, f=launcher):
+            return lambda i: f(x, q[i], None, None, cfg, tiles=tw[i])
 
-                tiled_call = make_tiled(cfg)
-                variants = {"row_major": lambda i, c=cfg, q=q, x=x, f=launcher: f(x, q[i], None, None, c),
-                            "tiled": tiled_call}
-                same = bool(torch.equal(variants["row_major"](0), tiled_call(0)))
-                row = {"fmt": fmt.value, "act": act.value, "n": n, "k": k, "m": m, "config": cfg.to_dict(),
-                       "same_bits": same, "us": {}}
-                for rnd in range(2):  # alternate the variants, reversed the second round
-                    for vname in (list(variants) if rnd == 0 else list(variants)[::-1]):
-                        t = timer.time(variants[vname], ws.ncopies, policy).best_us
-                        row["us"][vname] = min(row["us"].get(vname, t), t)
-                if a.all_configs:
-                    best = (float("inf"), None)
-                    for c in gemv_configs(p, target):
-                        t = timer.time(make_tiled(c), ws.ncopies, policy).best_us
-                        best = min(best, (t, c.to_dict()), key=lambda b: b[0])
-                    row["us"]["tiled_best"], row["tiled_best_config"] = best
-                    row["us"]["dispatched"] = timer.time(lambda i, q=q, x=x: dispatch.linear(x, q[i]), ws.ncopies,
-                                                         policy).best_us
-                row["us"]["bf16"] = timer.time(lambda i, x=x: torch.nn.functional.linear(x, bw[i]), len(bw),
-                                               policy).best_us
-                row["bytes"] = q[0].nbytes
-                row["weight_gbps"] = {v: q[0].nbytes / (t * 1e-6) / 1e9 for v, t in row["us"].items()}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-            del ws, q, tiled
-            torch.cuda.empty_cache()
+        variants = {"row_major": lambda i, cfg=cfg, q=q, x=x, f=launcher: f(x, q[i], None, None, cfg),
+                    "tiled": make_tiled(cfg)}
+        row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
+               "same_bits": bool(torch.equal(variants["row_major"](0), variants["tiled"](0))),
+               "us": probe.time_variants(variants, c.ws.ncopies)}
+        if a.all_configs:
+            best = (float("inf"), None)
+            for gc in gemv_configs(c.problem, probe.target):
+                t = probe.timer.time(make_tiled(gc), c.ws.ncopies, probe.policy).best_us
+                best = min(best, (t, gc.to_dict()), key=lambda b: b[0])
+            row["us"]["tiled_best"], row["tiled_best_config"] = best
+            row["us"]["dispatched"] = probe.timer.time(lambda i, q=q, x=x: dispatch.linear(x, q[i]), c.ws.ncopies,
+                                                       probe.policy).best_us
+        row["us"]["bf16"] = probe.bf16_us(c)
+        row["bytes"] = q[0].nbytes
+        row["weight_gbps"] = {v: q[0].nbytes / (t * 1e-6) / 1e9 for v, t in row["us"].items()}
+        probe.emit(row)
+    rows = probe.rows
     print("\n| format/act | shape | M | config | same bits | row-major us | tiled us | tiled / row-major | GB/s tiled | bf16 us |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -155,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['same_bits']} | {u['row_major']:.2f} | {u['tiled']:.2f} | {u['tiled'] / u['row_major']:.3f} | "
               f"{r['weight_gbps']['tiled']:.0f} | {u['bf16']:.2f} |")
     if a.all_configs:
-        copy = measure_ceilings(timer).copy_gbps
+        copy = measure_ceilings(probe.timer).copy_gbps
         print(f"\ncopy ceiling (this run, after the cells): {copy:.0f} GB/s")
         print("| format/act | shape | M | dispatched us | tiled best us | tiled best config | best / dispatched | "
               "% copy dispatched | % copy with tiled | bf16 / dispatched | bf16 / with tiled |")

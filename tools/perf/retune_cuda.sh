@@ -2,6 +2,9 @@
 # Re-tune after a change to the sources the CUDA candidates hash (kernels_cuda/csrc/*, _launch.py, _driver.py,
 # compiler.py, configs.py: every cuda.* table entry goes stale), then bench the decode cells of the merged table.
 #   OUT=dir [STEP=all|decode|finish] [T_DECODE=table] [GEMV_CONFIGS=0] [TRITON_GEMV64=1] bash tools/perf/retune_cuda.sh
+# Knobs: DECODE_ONLY (autotune --only for step 1, e.g. the candidates that hold decode keys), DEQUANT_FORMATS (mxfp8),
+# DEQUANT_M (256,1024,4096), TILES=1 (also the table tuned on decode tiles, from scratch: tools/perf/tiles_tables.sh,
+# returned as $OUT/nvidia_h200_decode_tiles.yaml), TEST_PROCS (14), DQ_PERF=0 (skips step 6).
 # 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried; the
 #    CUDA GEMVs with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
 #    with DECODE_CONFIGS (2);
@@ -24,11 +27,10 @@ timeout ${PRECOMPILE_TIMEOUT:-120} python3 -m tools.perf.precompile_cuda --paths
 echo "precompile rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/precompile.log")"
 if [ "$STEP" != finish ]; then
   if [ "${TESTS:-1}" = 1 ]; then
-    timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py > "$OUT/gpu_tests.log" 2>&1
-    echo "CUDA kernel tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/gpu_tests.log")"
-    grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
+    TEST_PROCS=${TEST_PROCS:-14} fp8d_pytest "$OUT/gpu_tests.log" ${TEST_TIMEOUT:-240} tests/test_cuda_kernels.py
   fi
   $AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
+    ${DECODE_ONLY:+--only "$DECODE_ONLY"} \
     --max-configs-for cuda.w8a16_gemv=${GEMV_CONFIGS:-0} cuda.w8a8_gemv=${GEMV_CONFIGS:-0} \
     --budget-s ${DECODE_BUDGET:-420} --table "$OUT/t_decode.yaml" --out "$OUT/at_decode" > "$OUT/at_decode.log" 2>&1
   echo "decode autotune rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/at_decode.log"
@@ -38,7 +40,8 @@ if [ "$STEP" != finish ]; then
 else
   cp "${T_DECODE:?STEP=finish needs T_DECODE, the table of a STEP=decode call}" "$OUT/t_decode.yaml"
 fi
-$AT --shapes baseline --m 256,1024,4096 --formats mxfp8 --only cuda.dequant_cublas --max-configs ${DEQUANT_CONFIGS_N:-4} \
+$AT --shapes baseline --m ${DEQUANT_M:-256,1024,4096} --formats ${DEQUANT_FORMATS:-mxfp8} --only cuda.dequant_cublas \
+  --max-configs ${DEQUANT_CONFIGS_N:-4} \
   --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
 echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"
 if [ "${TRITON_GEMV64:-0}" = 1 ]; then
@@ -48,6 +51,11 @@ fi
 python3 -m tools.perf.merge_tables tuning_db/nvidia_h200.yaml "${tables[@]}" --drop-stale \
   --out "$OUT/tables/nvidia_h200.yaml" 2>&1 | tail -8 | tee "$OUT/merge.log"
 cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null  # now, so a run cut short in the bench still returns it
+if [ "${TILES:-0}" = 1 ]; then
+  mkdir -p "$OUT/tiles"; OUT="$OUT/tiles" TESTS=0 BENCH=0 bash "$(dirname "$0")/tiles_tables.sh" > "$OUT/tiles.log" 2>&1
+  echo "tiles table rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/tiles.log"
+  cp "$OUT/tiles/nvidia_h200_decode_tiles.yaml" "$DEST/" 2>/dev/null
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   python3 -m tools.bench --what main,overhead --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8 \
     --no-candidates --tables "$OUT/tables" --budget-s ${BENCH_BUDGET:-100} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
@@ -55,6 +63,8 @@ if [ "${BENCH:-1}" = 1 ]; then
   tail -30 "$OUT/bench.log"
 fi
 cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
-timeout ${DQ_PERF_TIMEOUT:-100} python3 -m kernels_cuda.perf --dequant > "$OUT/dequant_perf.log" 2>&1
-echo "dequant perf rc=$? $(( $(date +%s) - t0 )) s"; tail -40 "$OUT/dequant_perf.log"
-cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
+if [ "${DQ_PERF:-1}" = 1 ]; then
+  timeout ${DQ_PERF_TIMEOUT:-100} python3 -m kernels_cuda.perf --dequant > "$OUT/dequant_perf.log" 2>&1
+  echo "dequant perf rc=$? $(( $(date +%s) - t0 )) s"; tail -40 "$OUT/dequant_perf.log"
+  cp "$OUT/tables/nvidia_h200.yaml" "$DEST/" 2>/dev/null; tar czf "$DEST/retune.tgz" -C "$OUT" .
+fi
