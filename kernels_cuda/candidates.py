@@ -22,7 +22,7 @@ from dispatch.target import Target
 
 from . import _dequant_route, _launch, _tiles, _w8a8_fused
 from ._w8a8_fused import FqGemvConfig
-from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs
+from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, gemv_configs, token_tiles
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
 # H200 (sm_90 native and the compute_80 / emulated-MMA paths run there; session 7: 98 of 98 at commit c8674c7;
@@ -191,10 +191,20 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
         return _w8a8_fused.w8a8_gemv_fq(x2d, qw, bias, out_dtype, config)
 
 
+def tiled_ring_fits(w8a8: bool, m: int, cfg: GemvConfig) -> bool:
+    """Whether the GEMV on decode tiles compiles at `cfg` and M within the register budget without spilling. Its
+    addressing needs more registers than the row-major module's: the W8A8 GEMV at two token tiles (M = 9..16) and one
+    row tile keeps a ring of 2, not 3 (NVRTC 13.0, the GPU machine's, session 24: 16 bytes spilled at a ring of 3 on
+    sm_80 and sm_90, per-tensor and 1x128 activation scales; none of the other 417 GEMV modules of the launchers'
+    space spilled, row-major or tiled; NVRTC 13.5 spilled none)."""
+    return cfg.fits(m) and not (w8a8 and token_tiles(m) == 2 and cfg.mtiles == 1 and cfg.unroll >= 3)
+
+
 class _OnDecodeTiles:
     """Mixin: the same GEMV reading the weight's decode tiles (kernels_cuda/_tiles.py): the same sums in the same order,
     512 contiguous bytes per warp load. Only for weights given tiles (dispatch.add_decode_tiles: an opt-in copy of the
-    codes). Session 22 on the H200, the same config: 0.79-0.99x the row-major time in 157 of 168 decode cells."""
+    codes). Session 22 on the H200, the same config: 0.79-0.99x the row-major time in 157 of 168 decode cells. Its
+    configs are the row-major GEMV's that `tiled_ring_fits`."""
 
     reads_decode_tiles = True
     decode_tiles_variant = None
@@ -205,8 +215,21 @@ class _OnDecodeTiles:
                               "them, at load time)")
         return super().supports(problem, target)
 
+    def _fits(self, config: KernelConfig, m: int) -> bool:
+        return isinstance(config, GemvConfig) and tiled_ring_fits(self.act is Act.FP8, m, config)
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return [c for c in super().configs(problem, target) if self._fits(c, problem.m)]
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        c = super().default_config(problem, target)
+        while not self._fits(c, problem.m) and c.unroll > 1:  # the row-major default's ring, as deep as fits here
+            c = GemvConfig(c.warps, c.mtiles, c.unroll - 1)
+        return c
+
     def tiles_help(self, config: KernelConfig, problem: Problem) -> bool:
-        return _tiles.helps(config, problem.act, problem.fmt)
+        """A row-major pick is handed over at its config only where the tiled module holds that config."""
+        return self._fits(config, problem.m) and _tiles.helps(config, problem.act, problem.fmt)
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
             out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:

@@ -17,6 +17,7 @@
 //   unsigned short fp8d_f32_to_f16_bits(float)   RNE     float fp8d_f16_bits_to_f32(unsigned short)
 //   uint4    fp8d_load128(const void* p)        16-byte read-only global load, streamed (read once)
 //   uint4    fp8d_load128_keep(const void* p)   16-byte read-only global load, cached (re-read data: x)
+//   uint4    fp8d_load128_rows(const void* p)   fp8d_load128 for a row-major weight (CUDA: with an L2 prefetch hint)
 //   Matrix fragments (mma.sync layouts of PTX, "m16n8k16 row.col" / "m16n8k32 row.col"; lane = 4*g + t):
 //     A (16 x K, row-major): a[0] row g, a[1] row g+8, a[2] row g (upper K half), a[3] row g+8 (upper K half)
 //     B (K x 8):  b[0] column g lower K half, b[1] column g upper K half
@@ -50,6 +51,7 @@
 __device__ __forceinline__ uint4 fp8d_load128(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 fp8d_load128_keep(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 #endif
+__device__ __forceinline__ uint4 fp8d_load128_rows(const void* p) { return fp8d_load128(p); }
 
 #else
 // ------------------------------------------------------------------------------------------- CUDA
@@ -100,6 +102,30 @@ __device__ __forceinline__ uint4 fp8d_load128(const void* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+// The same load for a row-major weight, whose load instructions read 64 bytes of each of eight rows
+// (skinny_common.cuh): with an L2 prefetch-size hint (SASS LDG.E.NA.LTC128B), L2 fetches each row's whole 128-byte
+// line at the first miss. Session 24 (tools/perf/probe_l2_hint.py, 64 decode cells on the H200): 128 B 0.984x the
+// time (median; faster in 52), 256 B 0.991x; on the decode tiles (512 contiguous bytes) it slowed them, so they keep
+// fp8d_load128. FP8D_WEIGHT_L2_PREFETCH (0, 64, 128 or 256) overrides the size for that probe; 0 is no hint.
+#ifndef FP8D_WEIGHT_L2_PREFETCH
+#define FP8D_WEIGHT_L2_PREFETCH 128
+#endif
+#if FP8D_WEIGHT_L2_PREFETCH == 256
+#define FP8D_ROWS_LD "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"
+#elif FP8D_WEIGHT_L2_PREFETCH == 128
+#define FP8D_ROWS_LD "ld.global.nc.L1::no_allocate.L2::128B.v4.u32"
+#elif FP8D_WEIGHT_L2_PREFETCH == 64
+#define FP8D_ROWS_LD "ld.global.nc.L1::no_allocate.L2::64B.v4.u32"
+#elif FP8D_WEIGHT_L2_PREFETCH == 0
+#define FP8D_ROWS_LD "ld.global.nc.L1::no_allocate.v4.u32"
+#else
+#error "FP8D_WEIGHT_L2_PREFETCH must be 0, 64, 128 or 256"
+#endif
+__device__ __forceinline__ uint4 fp8d_load128_rows(const void* p) {
+  uint4 r;
+  asm volatile(FP8D_ROWS_LD " {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
 // Activations are re-read by every CTA: keep them in L1.

@@ -83,7 +83,8 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = n0 + mt * 16 + h * 8 + L.g;
-          d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128(w + (long long)row * K + kk) : make_uint4(0u, 0u, 0u, 0u);
+          d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128_rows(w + (long long)row * K + kk)
+                                              : make_uint4(0u, 0u, 0u, 0u);
         }
     }
   }

@@ -4,7 +4,8 @@
 #   OUT=dir [STEP=all|decode|finish] [T_DECODE=table] [GEMV_CONFIGS=0] [TRITON_GEMV64=1] bash tools/perf/retune_cuda.sh
 # Knobs: DECODE_ONLY (autotune --only for step 1, e.g. the candidates that hold decode keys), DEQUANT_FORMATS (mxfp8),
 # DEQUANT_M (256,1024,4096), TILES=1 (also the table tuned on decode tiles, from scratch: tools/perf/tiles_tables.sh,
-# returned as $OUT/nvidia_h200_decode_tiles.yaml), TEST_PROCS (14), DQ_PERF=0 (skips step 6).
+# returned as $OUT/nvidia_h200_decode_tiles.yaml), TEST_PROCS (14), DQ_PERF=0 (skips step 6), DEQUANT=0 (skips step 2:
+# an edit that left the dequant kernel's images as they were, session 24).
 # 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried; the
 #    CUDA GEMVs with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
 #    with DECODE_CONFIGS (2);
@@ -40,10 +41,14 @@ if [ "$STEP" != finish ]; then
 else
   cp "${T_DECODE:?STEP=finish needs T_DECODE, the table of a STEP=decode call}" "$OUT/t_decode.yaml"
 fi
-$AT --shapes baseline --m ${DEQUANT_M:-256,1024,4096} --formats ${DEQUANT_FORMATS:-mxfp8} --only cuda.dequant_cublas \
-  --max-configs ${DEQUANT_CONFIGS_N:-4} \
-  --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
-echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"
+if [ "${DEQUANT:-1}" = 1 ]; then
+  $AT --shapes baseline --m ${DEQUANT_M:-256,1024,4096} --formats ${DEQUANT_FORMATS:-mxfp8} --only cuda.dequant_cublas \
+    --max-configs ${DEQUANT_CONFIGS_N:-4} \
+    --table "$OUT/t_dequant.yaml" --out "$OUT/at_dequant" > "$OUT/at_dequant.log" 2>&1
+  echo "dequant autotune rc=$? $(( $(date +%s) - t0 )) s"
+else
+  tables=("$OUT/t_decode.yaml")
+fi
 if [ "${TRITON_GEMV64:-0}" = 1 ]; then
   $AT --shapes 128256x4096 --m 64 --formats fp8_row --max-configs 3 --table "$OUT/t_gemv64.yaml" --out "$OUT/at_gemv64" \
     > "$OUT/at_gemv64.log" 2>&1; echo "gemv M=64 autotune rc=$? $(( $(date +%s) - t0 )) s"; tables+=("$OUT/t_gemv64.yaml")
