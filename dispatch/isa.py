@@ -294,28 +294,71 @@ def _ptx_operands(rest: str) -> list[str]:
 
 def _ptx_statements(ptx: str) -> list[tuple[str | None, str, str, list[str], bool]]:
     """(label or None, opcode, text, operands, predicated) for each statement of the PTX text's function bodies;
-    a label is a statement of its own (opcode ""). Directives (.reg, .loc, ...) and inline-asm braces are dropped."""
+    a label is a statement of its own (opcode ""). Directives (.reg, .loc, ...) and inline-asm braces are dropped.
+
+    A label declared inside a `{ }` block is visible only there, and inline asm repeats them (each mbarrier wait of a
+    Triton kernel is a block with its own `waitLoop:`): such labels are renamed `name#block`, and a branch goes to the
+    declaration of its innermost enclosing block (session 24: resolved by name alone, a wait loop's branch jumped
+    to the last `waitLoop` of the function and skipped the wgmma.wait_group between them, a false hazard)."""
     # comments out; directive lines (.loc, .reg, .param, ...) out: .loc carries no ';' and would swallow the next
     # statement
     text = "\n".join(ln for ln in re.sub(r"//[^\n]*", "", ptx).splitlines() if not ln.lstrip().startswith("."))
-    out = []
+    out: list[tuple[str | None, str, str, list[str], bool, tuple[int, ...]]] = []
+    blocks, opened = [0], 0  # the enclosing blocks, innermost last (0: the function body)
+
+    def braces(st: str) -> str:  # and the ")" that closes an entry's parameter list before its body's "{"
+        nonlocal opened
+        while st[:1] in ("{", "}", ")"):
+            if st[0] == "{":
+                opened += 1
+                blocks.append(opened)
+            elif len(blocks) > 1:
+                blocks.pop()
+            st = st[1:].strip()
+        return st
+
     for raw in text.split(";"):
         st = raw.strip()
         while True:  # labels and the braces of inline-asm scopes before the statement
-            st = st.lstrip("{}").strip()
+            st = braces(st)
             m = _PTX_LABEL.match(st)
             if not m or m.group(1).startswith("%"):
                 break
-            out.append((m.group(1), "", m.group(1) + ":", [], False))
+            out.append((m.group(1), "", m.group(1) + ":", [], False, tuple(blocks)))
             st = m.group(2).strip()
-        st = st.rstrip("}").strip() if not st.endswith("}}") and st.count("{") < st.count("}") else st
-        if not st or st.startswith((".", "}", ")", "(")) or "{" == st:
-            continue
-        predicated = st.startswith("@")
-        body = st.split(None, 1)[1] if predicated and len(st.split(None, 1)) > 1 else st
-        op, _, rest = body.partition(" ")
-        out.append((None, op.strip(), st, _ptx_operands(rest.replace("\n", " ").replace("\t", " ")), predicated))
-    return out
+        closing = 0
+        if not st.endswith("}}") and st.count("{") < st.count("}"):
+            closing = len(st) - len(st.rstrip("}"))
+            st = st.rstrip("}").strip()
+        if st and not st.startswith((".", "}", ")", "(")) and "{" != st:
+            predicated = st.startswith("@")
+            body = st.split(None, 1)[1] if predicated and len(st.split(None, 1)) > 1 else st
+            op, _, rest = body.partition(" ")
+            out.append((None, op.strip(), st, _ptx_operands(rest.replace("\n", " ").replace("\t", " ")), predicated,
+                        tuple(blocks)))
+        for _ in range(closing):
+            if len(blocks) > 1:
+                blocks.pop()
+
+    declared: dict[str, list[tuple[int, ...]]] = {}
+    for lab, *_, where in out:
+        if lab:
+            declared.setdefault(lab, []).append(where)
+
+    def unique(name: str, block: tuple[int, ...]) -> str:
+        return name if len(block) == 1 else f"{name}#{block[-1]}"
+
+    stmts: list[tuple[str | None, str, str, list[str], bool]] = []
+    for lab, op, st, operands, predicated, where in out:
+        if lab:
+            lab = unique(lab, where)
+        elif op.split(".")[0] == "bra" and operands:
+            name = operands[-1].strip()
+            seen = [b for b in declared.get(name, []) if where[:len(b)] == b]
+            if seen:
+                operands = operands[:-1] + [unique(name, max(seen, key=len))]
+        stmts.append((lab, op, st, operands, predicated))
+    return stmts
 
 
 def ptx_wgmma_register_hazards(ptx: str) -> list[PtxWgmmaHazard]:

@@ -129,6 +129,31 @@ def test_ptx_accumulator_chaining_and_shared_operands_are_not_writes():
     assert got == [(("%r101",), 0)]  # only the add to an accumulator before the wait
 
 
+def _wait_block() -> list[str]:
+    """An mbarrier wait as Triton's inline asm spells it: a block of its own with a local `waitLoop` label."""
+    return ["{", "waitLoop:", "mbarrier.try_wait.parity.shared::cta.b64 complete, [%r50], %r51",
+            "@!complete bra.uni waitLoop", "}"]
+
+
+def test_ptx_labels_are_scoped_to_their_block():
+    # Two K tiles per loop iteration (session 24's paired-K experiment): each tile's mbarrier wait is a block with its
+    # own `waitLoop:`, the first tile's wgmmas are retired (wait_group 0) before the second tile is decoded, and the
+    # second's are left in flight across the back edge. Resolved by name alone, the first block's branch went to the
+    # second block's label, skipped the wait_group and reported the second decode as a hazard.
+    def loop(retire_first: bool) -> list[str]:
+        return (["$L__BB0_1:"] + _wait_block() + ["fma.rn.bf16x2 %r10, %r1, %r2, %r3", "wgmma.fence.sync.aligned",
+                _wgmma(10), "wgmma.commit_group.sync.aligned"]
+                + (["wgmma.wait_group.sync.aligned 0"] if retire_first else []) + _wait_block()
+                + ["fma.rn.bf16x2 %r14, %r1, %r2, %r3", _wgmma(14), "wgmma.commit_group.sync.aligned",
+                   "@%p1 bra $L__BB0_1", "wgmma.wait_group.sync.aligned 0", "ret"])
+
+    assert ptx_wgmma_register_hazards(_ptx(loop(retire_first=True))) == []
+    # without that wait_group nothing retires inside the loop: each decode rewrites the fragment of the previous
+    # iteration's wgmma of the same tile
+    got = sorted({h.registers for h in ptx_wgmma_register_hazards(_ptx(loop(retire_first=False)))})
+    assert got == [("%r10",), ("%r14",)]
+
+
 # --- the Triton W8A16 GEMM on sm_90 -------------------------------------------------------------------
 
 def _tool(name: str) -> str:
