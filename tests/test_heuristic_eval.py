@@ -155,7 +155,8 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     never lent, so with its own shape left out the chain borrows the two-launch GEMV, now 1.16x its time; session 21's
     miss (4096x14336 M = 4) is back within 15 %. Before the one-launch GEMV's entries stopped being lent to nearby shapes
     (Candidate.lent_to_nearby_shapes), the chain lent its 4096x4096 M = 1 wins to 4096x14336 and 8192x8192 (1.20x,
-    1.25x): 276.
+    1.25x): 276. Session 24 (the CUDA GEMVs' L2 prefetch hint; their decode keys re-tuned, one-row priors refit;
+    per-tensor `_scaled_mm`'s decode priors measured, for the no-CuPy replay below): 278 and 278.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -283,7 +284,10 @@ def test_fallback_without_the_cuda_backend():
     changed 1-row GEMV ran 1.17-2.05x faster than the mxfp8 Triton GEMM picked at M = 1), 269 with the one-row
     priors refit to it (dispatch.heuristic.ONE_ROW_PRIORS). Session 16's data and table: 270, 271 with the Triton W8A8
     GEMM's M = 16 prior (dispatch.heuristic.ROWS_16_PRIORS). Session 17's data and table: 271. Session 19's: 272,
-    274 with the fp8_tensor Triton W8A8 GEMM's M = 16 prior (the same with its decode re-tune overlaid)."""
+    274 with the fp8_tensor Triton W8A8 GEMM's M = 16 prior (the same with its decode re-tune overlaid). Session 24's
+    table: 269 (three fp8_tensor keys at M <= 4, 8192x8192 and 128256x4096, went from `_scaled_mm` to the CUDA GEMV, so
+    without CuPy those shapes lend nothing, and the heuristic took the Triton W8A8 GEMM at 1.04-1.18x `_scaled_mm`'s
+    time), 275 with `_scaled_mm`'s decode priors fit to session 22's measurement (dispatch.heuristic)."""
     from dispatch import tables
 
     r = evaluate(_current_candidates(), table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"),
