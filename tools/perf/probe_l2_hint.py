@@ -54,9 +54,6 @@ def _weight_l2_hint(nbytes: int | None):
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from dispatch.formats import Act
-    from kernels_cuda import _launch, _tiles
-
     ap = parser(__doc__, m="1,16", formats="fp8_row,mxfp8,fp8_block:fp8,fp8_tensor:fp8")
     ap.add_argument("--hints", default="0,256", help="L2 prefetch sizes in bytes (0 = no hint, 64, 128, 256)")
     a = ap.parse_args(argv)
@@ -65,11 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--hints takes 0, 64, 128 or 256, got {a.hints}")
     probe = Probe(a, eager_iters=3)
     for c in probe.cells("bf16"):
-        w8a8 = c.act is Act.FP8
         q, x = c.ws.copies, c.x
-        tiles = c.ws.prepared("decode_tiles", lambda qw: _tiles.tile_codes(qw.qdata))
-        launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
-        cfg = probe.gemv_config(c.problem, "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv")
+        _, tiles, launcher, cfg = probe.gemv_cell(c)
 
         def variant(hint, tiled, q=q, x=x, f=launcher, cfg=cfg, tw=tiles):
             def run(i):

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     import dispatch
     from dispatch.formats import Act, Format, act_granularity
     from dispatch.problem import Problem
-    from kernels_cuda import _launch, _tiles
+    from kernels_cuda import _launch
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
     from kernels_cuda.configs import gemv_configs
     from tools.perf.timing import measure_ceilings
@@ -74,11 +74,8 @@ def main(argv: list[str] | None = None) -> None:
             list(pool.map(_compile, sorted(todo)))
         print(f"compiled {len(todo)} tiled modules", flush=True)
     for c in probe.cells("bf16"):
-        w8a8 = c.act is Act.FP8
         q, x = c.ws.copies, c.x
-        tiled = c.ws.prepared("decode_tiles", lambda qw: _tiles.tile_codes(qw.qdata))
-        launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
-        cfg = probe.gemv_config(c.problem, "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv")
+        _, tiled, launcher, cfg = probe.gemv_cell(c)
 
         def make_tiled(cfg, x=x, q=q, tw=tiled, f=launcher):
             return lambda i: f(x, q[i], None, None, cfg, tiles=tw[i])
