@@ -261,6 +261,21 @@ def test_config_space():
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 1)
     assert default_gemv_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 4)
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600), t).unroll > 1
+    # the W8A16 candidate's default there: two row tiles where one row tile makes a second wave at two CTAs per SM
+    # (session 24, measured on 5120x25600: 1.19-1.30x faster), but not where the three-CTA ring of 1 applies, nor at
+    # shapes that fit one wave, nor for 4 token tiles (two row tiles do not fit), nor for the W8A8 GEMV (unmeasured)
+    pytest.importorskip("cupy")
+    from dispatch import registry
+    w8a16, w8a8 = registry.get("cuda.w8a16_gemv"), registry.get("cuda.w8a8_gemv")
+    assert w8a16.default_config(Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600), t) == GemvConfig(8, 2, 1)
+    assert w8a16.default_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 2, 1)
+    assert w8a16.default_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 1)
+    assert w8a16.default_config(Problem(Format.FP8_ROW, Act.BF16, 32, 5120, 25600), t).mtiles == 1
+    for p in (Problem(Format.FP8_ROW, Act.BF16, 16, 4096, 14336), Problem(Format.MXFP8, Act.BF16, 1, 28672, 4096),
+              Problem(Format.FP8_ROW, Act.BF16, 16, 28672, 4096)):
+        assert w8a16.default_config(p, t) == default_gemv_config(p, t)
+    p = Problem(Format.FP8_BLOCK, Act.FP8, 16, 5120, 25600)
+    assert w8a8.default_config(p, t) == default_gemv_config(p, t)
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
