@@ -127,6 +127,10 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
         return one_wave_row_tiles(default_gemv_config(problem, target), problem, target)
 
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        first = self.default_config(problem, target)  # the space's first is the default, as configs.gemv_configs has it
+        return [first] + [c for c in gemv_configs(problem, target) if c != first][:11]
+
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _HALF:
             return Support.no(f"activations of dtype {problem.x_dtype}: the tensor-core path takes bf16 or fp16")

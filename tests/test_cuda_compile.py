@@ -276,6 +276,9 @@ def test_config_space():
         assert w8a16.default_config(p, t) == default_gemv_config(p, t)
     p = Problem(Format.FP8_BLOCK, Act.FP8, 16, 5120, 25600)
     assert w8a8.default_config(p, t) == default_gemv_config(p, t)
+    p = Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600)  # the autotune space starts with the default, no duplicate
+    cs = list(w8a16.configs(p, t))
+    assert cs[0] == GemvConfig(8, 2, 1) and len(set(cs)) == len(cs) <= 12 and set(cs) == set(gemv_configs(p, t))
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
