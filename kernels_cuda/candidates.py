@@ -223,7 +223,7 @@ def tiled_ring_fits(w8a8: bool, m: int, cfg: GemvConfig) -> bool:
     addressing needs more registers than the row-major module's: the W8A8 GEMV at two token tiles (M = 9..16) and one
     row tile keeps a ring of 2, not 3 (NVRTC 13.0, the GPU machine's, session 24: 16 bytes spilled at a ring of 3 on
     sm_80 and sm_90, per-tensor and 1x128 activation scales; none of the other 417 GEMV modules of the launchers'
-    space spilled, row-major or tiled; NVRTC 13.5 spilled none)."""
+    space spilled, row-major or tiled; NVRTC 13.5 spilled none; pyproject pins 13.0)."""
     return cfg.fits(m) and not (w8a8 and token_tiles(m) == 2 and cfg.mtiles == 1 and cfg.unroll >= 3)
 
 

@@ -71,8 +71,8 @@ def test_tiles_refuse_what_they_cannot_serve():
 def test_tiled_gemv_modules_compile_without_spills(arch):
     """The tiled loads add address registers: every (family, scale kind, token tile, row tiles, ring) the tiled variants
     can run (candidates.tiled_ring_fits) still compiles under __launch_bounds__(256, 2) without local-memory spills.
-    Binding only with the NVRTC of the GPU machine (13.0): there the W8A8 ring of 3 at M = 16 spilled (session 24),
-    with 13.5 (this checkout's CPU machine) it does not."""
+    Per compiler: with NVRTC 13.0 (the GPU machine's; pyproject pins it) the W8A8 ring of 3 at M = 16 spills (session
+    24), with 13.5 it does not."""
     _tiles()
     from kernels_cuda import _launch, compiler
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
