@@ -61,7 +61,8 @@ __device__ __forceinline__ Fp8dLane fp8d_lane() {
 // (16-row tile, 128-wide step) block of 2 KB laid out as [h][q][lane][16 bytes], rows and K zero-padded to whole
 // blocks, so each load instruction of a warp reads 512 contiguous bytes (the row-major layout reads eight 64-byte
 // pieces of eight rows) and needs no predicate: 0.79-0.99x the time at the same config on the H200 (session 22).
-template <int MT, bool kTiled = false>
+// kFull (FP8D_FULL_ROWS, below): every row of the tile is < N and every step whole (K % 128 == 0): no predicates.
+template <int MT, bool kTiled = false, bool kFull = false>
 __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, const uint8_t* __restrict__ w,
                                                       int n0, Fp8dLane L, int N, int K, int s) {
   if constexpr (kTiled) {
@@ -83,8 +84,12 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = n0 + mt * 16 + h * 8 + L.g;
-          d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128_rows(w + (long long)row * K + kk)
-                                              : make_uint4(0u, 0u, 0u, 0u);
+          if constexpr (kFull) {
+            d.v[mt][h][q] = fp8d_load128_rows(w + (long long)row * K + kk);
+          } else {
+            d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128_rows(w + (long long)row * K + kk)
+                                                : make_uint4(0u, 0u, 0u, 0u);
+          }
         }
     }
   }
@@ -191,7 +196,7 @@ __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT]
 }
 
 // The main loop over this warp's K steps (ring slot r % D and operand buffer r % NB static after unrolling).
-template <class P, bool kPrefetch, int NB, int R>
+template <class P, bool kPrefetch, int NB, int R, bool kFull = false>
 __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  Fp8dWeightStep<P::MT> (&ring)[P::DEPTH],
                                                  typename P::Half (&half)[NB][2], typename P::Scales (&scales)[NB],
@@ -213,9 +218,27 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
         }
       }
       fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);
-      if (s + D * nwarps < nsteps) fp8d_load_weight_step<MT, kTiled>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
+      if (s + D * nwarps < nsteps)
+        fp8d_load_weight_step<MT, kTiled, kFull>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
     }
   }
+}
+
+// The main loop of policy P, or of its rare policy where the CTA needs it (kHasRare: chosen once per CTA).
+template <class P, bool kPrefetch, int NB, int R, bool kFull>
+__device__ __forceinline__ void fp8d_skinny_loops(const P& p, bool rare, float (&acc)[P::MT][P::NT][4],
+                                                  Fp8dWeightStep<P::MT> (&ring)[P::DEPTH],
+                                                  typename P::Half (&half)[NB][2], typename P::Scales (&scales)[NB],
+                                                  const uint8_t* __restrict__ w, int n0, Fp8dLane L, int N, int K,
+                                                  int warp, int nwarps, int nsteps) {
+  if constexpr (P::kHasRare) {
+    if (rare) {
+      fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R, kFull>(p.rare(), acc, ring, half, scales, w, n0, L, N, K,
+                                                                  warp, nwarps, nsteps);
+      return;
+    }
+  }
+  fp8d_skinny_loop<P, kPrefetch, NB, R, kFull>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
 }
 
 template <class P>
@@ -243,13 +266,29 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   // The launcher's grid: one CTA per row tile, or (kPersistent) the first of the CTA's tiles.
   const int n_first = blockIdx.x * ROWS;
   if (n_first >= N) return;  // the whole CTA: no barrier is pending
+  // FP8D_FULL_ROWS (1; only a probe defines it: tools/perf/probe_l2_hint.py --define): a CTA whose rows are all < N, on
+  // a K of whole 128-wide steps, loads its row-major weight without the bounds predicates and zero fills (the row-major
+  // loop runs ~12-23 % more instructions than the tiled one, mostly those). Chosen once per CTA; not persistent grids.
+#if defined(FP8D_FULL_ROWS) && FP8D_FULL_ROWS
+  constexpr bool kFullRows = !kTiled && !kPersistent;
+#else
+  constexpr bool kFullRows = false;
+#endif
+  bool full = false;
+  if constexpr (kFullRows) full = n_first + ROWS <= N && K % FP8D_KSTEP == 0;
   Fp8dWeightStep<MT> ring[D];
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
   // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (warp + d * nwarps < nsteps) fp8d_load_weight_step<MT, kTiled>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
+    if (warp + d * nwarps < nsteps) {
+      if (kFullRows && full) {
+        fp8d_load_weight_step<MT, kTiled, kFullRows>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
+      } else {
+        fp8d_load_weight_step<MT, kTiled>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
+      }
+    }
   fp8d_allow_dependent_grid();
   // Which policy runs the loop: read before the wait (only weight data), so its latency hides behind the
   // previous grid's tail and this CTA's first weight loads. CTA-uniform (a barrier inside).
@@ -281,15 +320,12 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
 
     float acc[MT][NT][4];
     fp8d_zero<NSLOT>(&acc[0][0][0]);
-    if constexpr (P::kHasRare) {
-      if (rare) {
-        fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K, warp,
-                                                             nwarps, nsteps);
-      } else {
-        fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
-      }
+    if (kFullRows && full) {
+      fp8d_skinny_loops<P, kPrefetch, NB, R, kFullRows>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
+                                                        nsteps);
     } else {
-      fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
+      fp8d_skinny_loops<P, kPrefetch, NB, R, false>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
+                                                    nsteps);
     }
     // kPersistent: the ring is free; the next tile's first weight loads go out now, in flight during this
     // tile's reduction and epilogue.

@@ -12,13 +12,16 @@ the key (else the default), this times, in alternating order:
   base      : the shipped launcher (W8A8: the CUDA activation quantizer, then the GEMV)
   l2_<B>    : the same launcher, its modules compiled with FP8D_WEIGHT_L2_PREFETCH=B (B in --hints; 0: no hint,
               the load before session 24)
+  FP8D_X=V  : the launcher, its modules compiled with that define (--define, repeatable): e.g. FP8D_FULL_ROWS=1,
+              the row-major loads without bounds predicates in CTAs whose rows and steps are all in range
+              (csrc/skinny_common.cuh; prepared in session 24, compiled only, never timed)
   tiled     : the launcher on the weight's decode tiles (the opt-in layout)
 and checks that every variant gives the base's bits. The bench's timing: graph replay over weight copies rotating
 through > 3.3x L2, median. A JSON line per cell; a table last. Session 24 ran it before the hint shipped (then base
 was the plain load and the variants l2_256, l2_128, tiled, tiled_l2_256; docs/perf/h200_s24_2026-11-30.md).
 
     python -m tools.perf.probe_l2_hint [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,fp8_block:fp8]
-        [--hints 0,256] [--out probe.jsonl]
+        [--hints 0,256] [--define FP8D_FULL_ROWS=1] [--out probe.jsonl]
 """
 
 from __future__ import annotations
@@ -29,21 +32,21 @@ from tools.perf.probe_harness import Probe, parser
 
 
 @contextlib.contextmanager
-def _weight_l2_hint(nbytes: int | None):
-    """The CUDA launchers build their modules with FP8D_WEIGHT_L2_PREFETCH=nbytes inside this block (None: as
-    shipped, 128). The launch-spec cache is emptied on the way in and out, so each side loads its own modules."""
+def _with_defines(defines: dict[str, int] | None):
+    """The CUDA launchers build their modules with these extra defines inside this block (None: as shipped). The
+    launch-spec cache is emptied on the way in and out, so each side loads its own modules."""
     from kernels_cuda import _launch
 
-    if nbytes is None:
+    if not defines:
         yield
         return
     shipped = _launch._extra_defines
 
-    def hinted(emulate_mma: bool, force_sw_cvt: bool) -> dict:
-        return {**shipped(emulate_mma, force_sw_cvt), "FP8D_WEIGHT_L2_PREFETCH": nbytes}
+    def extended(emulate_mma: bool, force_sw_cvt: bool) -> dict:
+        return {**shipped(emulate_mma, force_sw_cvt), **defines}
 
     _launch._gemv_spec.cache_clear()
-    _launch._extra_defines = hinted
+    _launch._extra_defines = extended
     try:
         yield
     finally:
@@ -51,27 +54,38 @@ def _weight_l2_hint(nbytes: int | None):
         _launch._gemv_spec.cache_clear()
 
 
+def _define(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("FP8D_") or not value.lstrip("-").isdigit():
+        raise SystemExit(f"--define takes FP8D_NAME=INTEGER, got {text!r}")
+    return name, int(value)
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
     ap = parser(__doc__, m="1,16", formats="fp8_row,mxfp8,fp8_block:fp8,fp8_tensor:fp8")
-    ap.add_argument("--hints", default="0,256", help="L2 prefetch sizes in bytes (0 = no hint, 64, 128, 256)")
+    ap.add_argument("--hints", default="0,256", help="L2 prefetch sizes in bytes (0 = no hint, 64, 128, 256; '' none)")
+    ap.add_argument("--define", action="append", default=[], metavar="FP8D_NAME=V",
+                    help="one more variant: the modules compiled with this define (repeatable; e.g. FP8D_FULL_ROWS=1)")
     a = ap.parse_args(argv)
-    hints = [int(v) for v in a.hints.split(",")]
+    hints = [int(v) for v in a.hints.split(",") if v]
     if any(h not in (0, 64, 128, 256) for h in hints):
         raise SystemExit(f"--hints takes 0, 64, 128 or 256, got {a.hints}")
+    extra = {f"l2_{h}": {"FP8D_WEIGHT_L2_PREFETCH": h} for h in hints}
+    extra.update({d: dict([_define(d)]) for d in a.define})
     probe = Probe(a, eager_iters=3)
     for c in probe.cells("bf16"):
         q, x = c.ws.copies, c.x
         _, tiles, launcher, cfg = probe.gemv_cell(c)
 
-        def variant(hint, tiled, q=q, x=x, f=launcher, cfg=cfg, tw=tiles):
+        def variant(defines, tiled, q=q, x=x, f=launcher, cfg=cfg, tw=tiles):
             def run(i):
-                with _weight_l2_hint(hint):
+                with _with_defines(defines):
                     return f(x, q[i], None, None, cfg, tiles=tw[i] if tiled else None)
             return run
 
-        variants = {"base": variant(None, False), **{f"l2_{h}": variant(h, False) for h in hints},
+        variants = {"base": variant(None, False), **{n: variant(d, False) for n, d in extra.items()},
                     "tiled": variant(None, True)}
         ref = variants["base"](0)
         row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
