@@ -102,8 +102,10 @@ def one_wave_row_tiles(cfg: GemvConfig, problem: Problem, target: Target) -> Gem
     the deepest ring that fits them. Not where the default already keeps a ring of 1 to fit three CTAs per SM.
     Measured on the H200 (session 24, 5120x25600, every config): fp8_row/bf16 M = 16 46.1 us against 60.1 with one row
     tile (the default before; 320 CTAs for 264 slots); mxfp8/bf16 M = 1 47.8 against 56.7, M = 16 56.9 against 69.2;
-    fp8_row/bf16 M = 1 keeps its three-CTA ring of 1 (38.3 us; two row tiles 43.6). It lives here, not in
-    configs.py, which every CUDA entry hashes (a rule for shapes no table holds: no tabled key meets its condition)."""
+    fp8_row/bf16 M = 1 keeps its three-CTA ring of 1 (38.3 us; two row tiles 43.6). It belongs in
+    configs.default_gemv_config (then this class's configs() override goes too); it lives here only because configs.py
+    is hashed by every CUDA entry and no GPU time was left to re-tune them: fold it in at the next re-tune. No tabled
+    key meets its condition."""
     sms = max(target.sm_count, 1)
     m = min(max(problem.m, 1), MAX_M)
     tiles16 = -(-problem.n // 16)
@@ -223,7 +225,8 @@ def tiled_ring_fits(w8a8: bool, m: int, cfg: GemvConfig) -> bool:
     addressing needs more registers than the row-major module's: the W8A8 GEMV at two token tiles (M = 9..16) and one
     row tile keeps a ring of 2, not 3 (NVRTC 13.0, the GPU machine's, session 24: 16 bytes spilled at a ring of 3 on
     sm_80 and sm_90, per-tensor and 1x128 activation scales; none of the other 417 GEMV modules of the launchers'
-    space spilled, row-major or tiled; NVRTC 13.5 spilled none; pyproject pins 13.0)."""
+    space spilled, row-major or tiled; NVRTC 13.5 spilled none; pyproject pins 13.0). It belongs with GemvConfig.fits
+    (configs.py, hashed by every CUDA entry): fold it in at the next re-tune, as one_wave_row_tiles."""
     return cfg.fits(m) and not (w8a8 and token_tiles(m) == 2 and cfg.mtiles == 1 and cfg.unroll >= 3)
 
 

@@ -60,16 +60,16 @@ class Probe:
         return GemvConfig.from_dict(dict(e.config)) if e is not None and e.impl == impl \
             else default_gemv_config(p, self.target)
 
-    def gemv_cell(self, c: Cell) -> tuple[bool, list, Callable[..., Any], Any]:
-        """(w8a8, the decode tiles of each rotation copy, the GEMV launcher of the cell's family, its config: the
-        shipped table's where the row-major GEMV holds the key)."""
+    def gemv_cell(self, c: Cell) -> tuple[list, Callable[..., Any], Any]:
+        """(the decode tiles of each rotation copy, the GEMV launcher of the cell's family, its config: the shipped
+        table's where the row-major GEMV holds the key)."""
         from dispatch.formats import Act
         from kernels_cuda import _launch, _tiles
 
         w8a8 = c.act is Act.FP8
         tiles = c.ws.prepared("decode_tiles", lambda qw: _tiles.tile_codes(qw.qdata))
         launcher = _launch.w8a8_gemv if w8a8 else _launch.w8a16_gemv
-        return w8a8, tiles, launcher, self.gemv_config(c.problem, "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv")
+        return tiles, launcher, self.gemv_config(c.problem, "cuda.w8a8_gemv" if w8a8 else "cuda.w8a16_gemv")
 
     def cells(self, default_act: str) -> Iterator[Cell]:
         """Shape by shape, format by format (`--formats` entries: format or format:act), M by M; each weight set is

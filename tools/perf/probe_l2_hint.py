@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     probe = Probe(a, eager_iters=3)
     for c in probe.cells("bf16"):
         q, x = c.ws.copies, c.x
-        _, tiles, launcher, cfg = probe.gemv_cell(c)
+        tiles, launcher, cfg = probe.gemv_cell(c)
 
         def variant(defines, tiled, q=q, x=x, f=launcher, cfg=cfg, tw=tiles):
             def run(i):

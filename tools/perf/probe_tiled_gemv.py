@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"compiled {len(todo)} tiled modules", flush=True)
     for c in probe.cells("bf16"):
         q, x = c.ws.copies, c.x
-        _, tiled, launcher, cfg = probe.gemv_cell(c)
+        tiled, launcher, cfg = probe.gemv_cell(c)
 
         def make_tiled(cfg, x=x, q=q, tw=tiled, f=launcher):
             return lambda i: f(x, q[i], None, None, cfg, tiles=tw[i])
