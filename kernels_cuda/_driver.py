@@ -84,6 +84,25 @@ def _api():
     return driver
 
 
+DEFAULT_DYNAMIC_SMEM = 48 * 1024  # dynamic shared memory a launch gets without raising the kernel's limit
+_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
+
+
+_SMEM_RAISED: dict[int, int] = {}  # function handle -> the dynamic-shared-memory limit set on it
+
+
+def allow_dynamic_smem(kernel: LoadedKernel, nbytes: int) -> None:
+    """Raise the kernel's dynamic-shared-memory limit to at least `nbytes` (cuFuncSetAttribute), never lower it: configs
+    of different sizes share one module (its key has no warps), and the launchers cache each config's launch spec, so a
+    later, smaller config must not undo an earlier, larger one's limit (the H200 re-tune of session 25 failed 8-warp
+    launches that way). Above the device's limit the driver refuses with its error."""
+    with _LOAD_LOCK:
+        if _SMEM_RAISED.get(kernel.fn_ptr, 0) >= nbytes:
+            return
+        _api().funcSetAttribute(kernel.fn_ptr, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        _SMEM_RAISED[kernel.fn_ptr] = nbytes
+
+
 def _current_stream_getter() -> Callable[[int], int]:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # CUDA and ROCm builds of torch have it
     if raw is not None:

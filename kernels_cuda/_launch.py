@@ -107,7 +107,11 @@ def gemv_module(w8a8: bool, kind_code: int, xkind: int, m: int, cfg: GemvConfig,
     d.update({"FP8D_CFG_NT": token_tiles(m), "FP8D_CFG_MT": cfg.mtiles, "FP8D_CFG_U": cfg.unroll,
               **_extra_defines(emulate_mma, force_sw_cvt)})
     if tiled:
+        if cfg.smem_ring:
+            raise ValueError(f"{cfg}: the GEMV on decode tiles keeps its weight ring in registers (smem_ring = 0)")
         d["FP8D_CFG_TILED"] = 1
+    if cfg.smem_ring:  # the weight ring in shared memory (csrc/skinny_common.cuh); absent otherwise: the same images
+        d["FP8D_SMEM_RING"] = cfg.smem_ring
     return name, entry, tuple(sorted(d.items()))
 
 
@@ -132,8 +136,10 @@ def _gemv_spec(w8a8: bool, kind_code: int, xkind: int, m: int, n: int, cfg: Gemv
     caller does not use CUDA graphs)."""
     arch = arch or device_arch(device)
     kernel = _kernel(*gemv_module(w8a8, kind_code, xkind, m, cfg, emulate_mma, force_sw_cvt, tiled), device, arch)
-    return (kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), cfg.smem_bytes(m),
-            pdl_allowed(arch))
+    smem = cfg.smem_bytes(m)
+    if smem > _driver.DEFAULT_DYNAMIC_SMEM:  # a shared-memory ring: the kernel's limit raised once, here (cached)
+        _driver.allow_dynamic_smem(kernel, smem)
+    return kernel, (math.ceil(n / cfg.rows_per_cta), 1, 1), (32 * cfg.warps, 1, 1), smem, pdl_allowed(arch)
 
 
 def _extra_defines(emulate_mma: bool, force_sw_cvt: bool) -> dict[str, Any]:

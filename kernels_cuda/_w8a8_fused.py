@@ -43,6 +43,12 @@ class FqGemvConfig(GemvConfig):
 
     persistent: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.smem_ring:
+            raise ValueError("FqGemvConfig: the one-launch GEMV keeps its weight ring in registers (smem_ring = 0); its "
+                             "shared memory holds the quantized x")
+
 
 def code_pitch(m: int, k: int) -> int:
     """Row pitch of the codes in shared memory: K for one row; else K rounded up to 128 plus 64, so the two tokens

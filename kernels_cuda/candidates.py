@@ -22,8 +22,7 @@ from dispatch.target import Target
 
 from . import _dequant_route, _launch, _tiles, _w8a8_fused
 from ._w8a8_fused import FqGemvConfig
-from .configs import (MAX_M, THREE_CTAS_AT_RING_1, DequantConfig, GemvConfig, deepest_ring, default_gemv_config,
-                      gemv_configs, token_tiles)
+from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, fits_on_decode_tiles, gemv_configs
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
 # H200 (sm_90 native and the compute_80 / emulated-MMA paths run there; session 7: 98 of 98 at commit c8674c7;
@@ -96,27 +95,6 @@ class _CudaGemvCandidate(_CudaCandidate):
         return default_gemv_config(problem, target)
 
 
-def one_wave_row_tiles(cfg: GemvConfig, problem: Problem, target: Target) -> GemvConfig:
-    """The W8A16 GEMV's default config where 8-warp CTAs of one row tile (configs.default_gemv_config: 8 warps on long K
-    whatever N is) make a second, partial wave at two CTAs per SM but CTAs of two row tiles fit one: two row tiles,
-    the deepest ring that fits them. Not where the default already keeps a ring of 1 to fit three CTAs per SM.
-    Measured on the H200 (session 24, 5120x25600, every config): fp8_row/bf16 M = 16 46.1 us against 60.1 with one row
-    tile (the default before; 320 CTAs for 264 slots); mxfp8/bf16 M = 1 47.8 against 56.7, M = 16 56.9 against 69.2;
-    fp8_row/bf16 M = 1 keeps its three-CTA ring of 1 (38.3 us; two row tiles 43.6). It belongs in
-    configs.default_gemv_config (then this class's configs() override goes too); it lives here only because configs.py
-    is hashed by every CUDA entry and no GPU time was left to re-tune them: fold it in at the next re-tune. No tabled
-    key meets its condition."""
-    sms = max(target.sm_count, 1)
-    m = min(max(problem.m, 1), MAX_M)
-    tiles16 = -(-problem.n // 16)
-    three_ctas = (cfg.unroll == 1 and token_tiles(m) == 1 and 2 * sms < tiles16 <= 3 * sms
-                  and (problem.act, problem.fmt) in THREE_CTAS_AT_RING_1)
-    if (cfg.warps != 8 or cfg.mtiles != 1 or three_ctas or not 2 * sms < tiles16 <= 4 * sms
-            or deepest_ring(m, 2) == 0):
-        return cfg
-    return GemvConfig(8, 2, deepest_ring(m, 2))
-
-
 class CudaW8A16Gemv(_CudaGemvCandidate):
     """fp8 weights decoded in registers to bf16 (f16 for f16 activations) and multiplied on the tensor
     cores (m16n8k16, tokens as the 8-wide side), fp32 accumulation, in-CTA split-K reduced in warp order."""
@@ -125,13 +103,6 @@ class CudaW8A16Gemv(_CudaGemvCandidate):
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a16.cu",)
     decode_tiles_variant = "cuda.w8a16_gemv_tiles"
-
-    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
-        return one_wave_row_tiles(default_gemv_config(problem, target), problem, target)
-
-    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        first = self.default_config(problem, target)  # the space's first is the default, as configs.gemv_configs has it
-        return [first] + [c for c in gemv_configs(problem, target) if c != first][:11]
 
     def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
         if problem.x_dtype not in _HALF:
@@ -201,10 +172,11 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
         # ones first (the GEMV's own order puts them after every one-tile config, past a 4-config tuning budget),
         # then the rest one CTA per row tile.
         g = act_granularity(problem.fmt, problem.act)
-        ok = [c for c in gemv_configs(problem, target) if _w8a8_fused.unsupported_reason(problem.m, problem.k, g, c)
-              is None]
+        ok = [c for c in gemv_configs(problem, target)
+              if not c.smem_ring and _w8a8_fused.unsupported_reason(problem.m, problem.k, g, c) is None]
         ordered = ok[:1] + sorted(ok[1:], key=lambda c: -c.mtiles)
-        fq = [FqGemvConfig(c.warps, c.mtiles, c.unroll, persistent) for persistent in (True, False) for c in ordered]
+        fq = [FqGemvConfig(c.warps, c.mtiles, c.unroll, persistent=persistent) for persistent in (True, False)
+              for c in ordered]
         n = len(ordered)
         return fq[:1] + fq[n:n + 1] + fq[1:n] + fq[n + 1:]
 
@@ -220,21 +192,11 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
         return _w8a8_fused.w8a8_gemv_fq(x2d, qw, bias, out_dtype, config)
 
 
-def tiled_ring_fits(w8a8: bool, m: int, cfg: GemvConfig) -> bool:
-    """Whether the GEMV on decode tiles compiles at `cfg` and M within the register budget without spilling. Its
-    addressing needs more registers than the row-major module's: the W8A8 GEMV at two token tiles (M = 9..16) and one
-    row tile keeps a ring of 2, not 3 (NVRTC 13.0, the GPU machine's, session 24: 16 bytes spilled at a ring of 3 on
-    sm_80 and sm_90, per-tensor and 1x128 activation scales; none of the other 417 GEMV modules of the launchers'
-    space spilled, row-major or tiled; NVRTC 13.5 spilled none; pyproject pins 13.0). It belongs with GemvConfig.fits
-    (configs.py, hashed by every CUDA entry): fold it in at the next re-tune, as one_wave_row_tiles."""
-    return cfg.fits(m) and not (w8a8 and token_tiles(m) == 2 and cfg.mtiles == 1 and cfg.unroll >= 3)
-
-
 class _OnDecodeTiles:
     """Mixin: the same GEMV reading the weight's decode tiles (kernels_cuda/_tiles.py): the same sums in the same order,
     512 contiguous bytes per warp load. Only for weights given tiles (dispatch.add_decode_tiles: an opt-in copy of the
     codes). Session 22 on the H200, the same config: 0.79-0.99x the row-major time in 157 of 168 decode cells. Its
-    configs are the row-major GEMV's that `tiled_ring_fits`."""
+    configs are the row-major GEMV's that `configs.fits_on_decode_tiles`."""
 
     reads_decode_tiles = True
     decode_tiles_variant = None
@@ -246,7 +208,7 @@ class _OnDecodeTiles:
         return super().supports(problem, target)
 
     def _fits(self, config: KernelConfig, m: int) -> bool:
-        return isinstance(config, GemvConfig) and tiled_ring_fits(self.act is Act.FP8, m, config)
+        return isinstance(config, GemvConfig) and fits_on_decode_tiles(config, m, self.act is Act.FP8)
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return [c for c in super().configs(problem, target) if self._fits(c, problem.m)]

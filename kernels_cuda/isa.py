@@ -116,7 +116,7 @@ def _gemv8_fq(scheme: str, fmt: Format, mt: int, persistent: bool = False) -> Va
 
     u = deepest_ring(1, mt)
     g = {"tensor": 0, "token": 1, "group": 2}[scheme]
-    name, _, d = fused_module(g, 1, FqGemvConfig(8, mt, u, persistent))
+    name, _, d = fused_module(g, 1, FqGemvConfig(8, mt, u, persistent=persistent))
     tag = ",persistent" if persistent else ""
     return Variant(f"w8a8_gemv_fq[{scheme},M<=8,mt={mt},u={u}{tag}]", name, d, Problem(fmt, Act.FP8, 1, 4096, 4096),
                    "cuda.w8a8_gemv_fq", True)

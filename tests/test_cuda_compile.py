@@ -236,7 +236,8 @@ def test_support_rules_with_reasons():
 
 
 def test_config_space():
-    from kernels_cuda.configs import GemvConfig, deepest_ring, default_gemv_config, gemv_configs, token_tiles
+    from kernels_cuda.configs import (SMEM_RING_STEPS, GemvConfig, deepest_ring, default_gemv_config, gemv_configs,
+                                      token_tiles)
 
     t = Target.simulated_for("sm_90")
     for act, fmt in ((Act.BF16, Format.FP8_ROW), (Act.FP8, Format.FP8_BLOCK)):
@@ -244,9 +245,15 @@ def test_config_space():
             for n, k in ((4096, 4096), (28672, 4096), (4096, 14336), (8192, 2560), (256, 576)):
                 p = Problem(fmt, act, m, n, k)
                 cs = gemv_configs(p, t)
-                assert 1 < len(cs) <= 12 and len(set(cs)) == len(cs), (m, n, k, cs)
+                regs, ring = [c for c in cs if not c.smem_ring], [c for c in cs if c.smem_ring]
+                assert 1 < len(regs) <= 12 and len(set(cs)) == len(cs) and cs[:len(regs)] == regs, (m, n, k, cs)
                 assert cs[0] == default_gemv_config(p, t)
-                assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in cs)
+                assert all(c.fits(m) for c in cs) and all(c.smem_bytes(m) <= 48 * 1024 for c in regs)
+                # the shared-memory ring (CUDA only): the four CTA shapes where they fit, up to M = 16
+                assert len(ring) == (0 if m > 16 else 4), (m, ring)
+                assert all(c.unroll == 1 and c.smem_ring == SMEM_RING_STEPS and c.smem_bytes(m) <= 227 * 1024
+                           for c in ring)
+                assert not [c for c in gemv_configs(p, Target.simulated_for("gfx1201")) if c.smem_ring]
                 steps = math.ceil(math.ceil(k / 128) / cs[0].warps)
                 assert cs[0].unroll <= max(1, steps), "default ring deeper than the warp's K steps"
     # the default rule: K split on small N, all of a warp's 4 steps in flight at K = 4096 on 8 warps
@@ -259,9 +266,10 @@ def test_config_space():
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 8192), t).warps == 4
     # ... and where three CTAs per SM make one wave, the ring of 1 that leaves room for the third (not for mxfp8)
     assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 1)
-    assert default_gemv_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 1, 4)
-    assert default_gemv_config(Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600), t).unroll > 1
-    # the W8A16 candidate's default there: two row tiles where one row tile makes a second wave at two CTAs per SM
+    # (mxfp8 keeps 4 steps in flight, then takes the two row tiles below)
+    assert default_gemv_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 25600), t) == GemvConfig(8, 2, 1)
+    assert default_gemv_config(Problem(Format.MXFP8, Act.BF16, 1, 5120, 8192), t).mtiles == 1
+    # the W8A16 GEMV's default there: two row tiles where one row tile makes a second wave at two CTAs per SM
     # (session 24, measured on 5120x25600: 1.19-1.30x faster), but not where the three-CTA ring of 1 applies, nor at
     # shapes that fit one wave, nor for 4 token tiles (two row tiles do not fit), nor for the W8A8 GEMV (unmeasured)
     pytest.importorskip("cupy")
@@ -278,14 +286,33 @@ def test_config_space():
     assert w8a8.default_config(p, t) == default_gemv_config(p, t)
     p = Problem(Format.FP8_ROW, Act.BF16, 16, 5120, 25600)  # the autotune space starts with the default, no duplicate
     cs = list(w8a16.configs(p, t))
-    assert cs[0] == GemvConfig(8, 2, 1) and len(set(cs)) == len(cs) <= 12 and set(cs) == set(gemv_configs(p, t))
+    assert cs[0] == GemvConfig(8, 2, 1) and len(set(cs)) == len(cs) <= 16 and cs == gemv_configs(p, t)
+    assert default_gemv_config(p, t) == GemvConfig(8, 2, 1)
     assert [token_tiles(m) for m in (1, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
     assert deepest_ring(1, 1) == 4 and deepest_ring(32, 2) == 0 and not GemvConfig(8, 2, 1).fits(32)
     assert all(GemvConfig().fits(m) for m in range(1, 33)), "launches without a config use the field defaults"
-    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3)):
+    for bad in (dict(warps=16), dict(unroll=0), dict(unroll=5), dict(mtiles=3), dict(smem_ring=9),
+                dict(smem_ring=3, unroll=2), dict(smem_ring=-1)):
         with pytest.raises(ValueError):
             GemvConfig(**bad)
     assert GemvConfig.from_dict(GemvConfig(4, 2, 1).to_dict()) == GemvConfig(4, 2, 1)
+    assert GemvConfig.from_dict({"warps": 4, "mtiles": 2, "unroll": 1}) == GemvConfig(4, 2, 1)  # tables before the field
+    assert GemvConfig.from_dict(GemvConfig(8, 1, 1, 3).to_dict()) == GemvConfig(8, 1, 1, 3)
+    assert not GemvConfig(8, 1, 1, 3).fits(17) and GemvConfig(8, 2, 1, 3).fits(16)
+    # the ring after the reduction's layout, 16-byte aligned: steps x 4 x row tiles x 16 bytes x threads
+    base = 4 * (4 * 2 * 1 * 4 * 32 + 2 * 32 + 32)
+    assert GemvConfig(4, 2, 1, 3).smem_bytes(1) == (base + 15) // 16 * 16 + 3 * 4 * 2 * 16 * 128
+    # neither the one-launch GEMV nor the GEMV on decode tiles takes a ring in shared memory
+    from kernels_cuda._w8a8_fused import FqGemvConfig
+    from kernels_cuda.configs import fits_on_decode_tiles
+    with pytest.raises(ValueError):
+        FqGemvConfig(8, 1, 1, 3)
+    assert not fits_on_decode_tiles(GemvConfig(8, 1, 1, 3), 1, False)
+    fq = registry.get("cuda.w8a8_gemv_fq")
+    assert not [c for c in fq.configs(Problem(Format.FP8_ROW, Act.FP8, 1, 4096, 4096), t) if c.smem_ring]
+    tiles = registry.get("cuda.w8a8_gemv_tiles")
+    assert not [c for c in tiles.configs(Problem(Format.FP8_ROW, Act.FP8, 1, 4096, 4096, decode_tiles=True), t)
+                if c.smem_ring]
     # shared memory: partials [warps][slots][32] + row scales + row biases + 32 token scales (Fp8dSmemLayout)
     assert GemvConfig(8, 2, 1).smem_bytes(16) == 4 * (8 * 2 * 2 * 4 * 32 + 2 * 32 + 32)
 
@@ -341,6 +368,37 @@ def test_full_rows_probe_variant_compiles_and_drops_the_bounds_checks():
         plain = loop_sizes(compiler.compile_module(name, "sm_90", d))
         sizes = loop_sizes(compiler.compile_module(name, "sm_90", {**d, "FP8D_FULL_ROWS": 1}))
         assert len(sizes) == len(plain) + 1 and plain[1] < sizes[1] < sizes[0], (name, sizes, plain)
+
+
+def test_shared_memory_ring_modules_compile_without_spills_and_copy_asynchronously():
+    """GemvConfig.smem_ring (FP8D_SMEM_RING): every family and scale / activation kind at one and two token tiles and
+    one and two row tiles compiles for sm_80, sm_89 and sm_90 under __launch_bounds__(256, 2) without spills, and the
+    weight is copied with LDGSTS (cp.async) on sm_90, not loaded into registers with LDG.E.128."""
+    compiler = _nvrtc_or_skip()
+    from kernels_cuda import _launch, isa
+    from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
+    from kernels_cuda.configs import SMEM_RING_STEPS, GemvConfig
+
+    kinds = [(False, SCALE_CODE[f], DTYPE_CODE[torch.bfloat16]) for f in Format]
+    kinds += [(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.float16])]
+    kinds += [(True, code, 0) for code in ACTQ_CODE.values()]
+    bad = []
+    for w8a8, code, xkind in kinds:
+        for m in (1, 16):
+            for mt in (1, 2):
+                cfg = GemvConfig(8, mt, 1, SMEM_RING_STEPS)
+                name, _, d = _launch.gemv_module(w8a8, code, xkind, m, cfg)
+                assert dict(d)["FP8D_SMEM_RING"] == SMEM_RING_STEPS
+                for arch in ("sm_80", "sm_89", "sm_90"):
+                    built = compiler.compile_module(name, arch, dict(d))
+                    if compiler.ptxas_resources(built.log).get("spill_bytes", 0):
+                        bad.append((w8a8, code, m, mt, arch))
+                    if arch == "sm_90" and isa.cuobjdump() is not None:
+                        sass = isa.sass_text(built.path)
+                        assert "LDGSTS" in sass, (w8a8, code, m, mt)
+    assert not bad, bad
+    # without the field the module key has no FP8D_SMEM_RING: the register ring's images are unchanged
+    assert "FP8D_SMEM_RING" not in dict(_launch.gemv_module(False, 1, 0, 1, GemvConfig(8, 1, 2))[2])
 
 
 # --- numpy models of the bit tricks and of the fragment mapping -------------------------------------

@@ -128,6 +128,35 @@ def test_gemv_every_config_bias_bf16_output(launch, fmt, act):
             _check_close(run(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
 
 
+@pytest.mark.parametrize("path", ["native", "sm80"])
+@pytest.mark.parametrize("fmt,act", FAMILIES)
+def test_gemv_shared_memory_ring_is_bit_identical_to_the_register_ring(launch, fmt, act, path):
+    """GemvConfig.smem_ring (the weight ring in shared memory, cp.async): the same products summed in the same order as
+    the register ring at the same warps, so the same bits; and within the reference's bound. Shapes with partial row
+    tiles, K % 128 != 0 and fewer K steps than warps (zero-filled copies), every CTA shape and two ring depths, M over
+    both token-tile sizes it serves; fp32 output and bf16 output with a bias; on sm_90 and the compute_80 PTX."""
+    from kernels_cuda.configs import GemvConfig
+
+    run = None
+    for i, (n, k) in enumerate([(1000, 2576), (129, 16), (300, 1040)]):
+        qw = dispatch.quantize(_weight(n, k, 40 + i), fmt, act=act)
+        run = _gemv(launch, qw)
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        for m in (1, 5, 13, 16):
+            x = _x(m, k, torch.bfloat16, 7 * m + i)
+            for w, mt, ring in itertools.product((8, 4), (1, 2), (3, 1)):
+                cfg = GemvConfig(w, mt, 1, ring)
+                if not cfg.fits(m):
+                    continue
+                want = run(x, qw, None, torch.float32, GemvConfig(w, mt, 1), **PATHS[path])
+                got = run(x, qw, None, torch.float32, cfg, **PATHS[path])
+                assert torch.equal(got, want), (n, k, m, cfg)
+                _check_close(got, x, qw)
+                got_b = run(x, qw, bias, torch.bfloat16, cfg, **PATHS[path])
+                assert torch.equal(got_b, run(x, qw, bias, torch.bfloat16, GemvConfig(w, mt, 1), **PATHS[path]))
+    assert run is not None
+
+
 @pytest.mark.parametrize("fmt,act", FAMILIES)
 def test_gemv_every_m_default_config(launch, fmt, act):
     """M = 1..32 with the default config of each M (the dispatcher's choice without a table), fp32 output."""

@@ -70,14 +70,13 @@ def test_tiles_refuse_what_they_cannot_serve():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
 def test_tiled_gemv_modules_compile_without_spills(arch):
     """The tiled loads add address registers: every (family, scale kind, token tile, row tiles, ring) the tiled variants
-    can run (candidates.tiled_ring_fits) still compiles under __launch_bounds__(256, 2) without local-memory spills.
+    can run (configs.fits_on_decode_tiles) still compiles under __launch_bounds__(256, 2) without local-memory spills.
     Per compiler: with NVRTC 13.0 (the GPU machine's; pyproject pins it) the W8A8 ring of 3 at M = 16 spills (session
     24), with 13.5 it does not."""
     _tiles()
     from kernels_cuda import _launch, compiler
     from kernels_cuda._kinds import ACTQ_CODE, DTYPE_CODE, SCALE_CODE
-    from kernels_cuda.candidates import tiled_ring_fits
-    from kernels_cuda.configs import MAX_UNROLL, GemvConfig
+    from kernels_cuda.configs import MAX_UNROLL, GemvConfig, fits_on_decode_tiles
     from dispatch.formats import Format
 
     reason = compiler.nvrtc_unavailable_reason()
@@ -89,7 +88,7 @@ def test_tiled_gemv_modules_compile_without_spills(arch):
     for w8a8, code, xkind in kinds:
         for m in (1, 16):
             for cfg in (GemvConfig(8, mt, u) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)):
-                if not tiled_ring_fits(w8a8, m, cfg):
+                if not fits_on_decode_tiles(cfg, m, w8a8):
                     continue
                 name, _, d = _launch.gemv_module(w8a8, code, xkind, m, cfg, tiled=True)
                 res = compiler.ptxas_resources(compiler.compile_module(name, arch, dict(d)).log)
@@ -106,21 +105,20 @@ def test_tiled_variants_offer_only_the_configs_that_fit():
     from dispatch.formats import Act, Format
     from dispatch.problem import Problem
     from dispatch.target import Target
-    from kernels_cuda.candidates import tiled_ring_fits
-    from kernels_cuda.configs import GemvConfig
+    from kernels_cuda.configs import GemvConfig, fits_on_decode_tiles
 
     t = Target.simulated_for("sm_90", torch_version="2.11.0")
     ring3 = GemvConfig(8, 1, 3)
-    assert ring3.fits(16) and not tiled_ring_fits(True, 16, ring3) and tiled_ring_fits(False, 16, ring3)
-    assert tiled_ring_fits(True, 1, GemvConfig(8, 1, 4)) and tiled_ring_fits(True, 16, GemvConfig(8, 1, 2))
+    assert ring3.fits(16) and not fits_on_decode_tiles(ring3, 16, True) and fits_on_decode_tiles(ring3, 16, False)
+    assert fits_on_decode_tiles(GemvConfig(8, 1, 4), 1, True) and fits_on_decode_tiles(GemvConfig(8, 1, 2), 16, True)
     w8a8 = registry.get("cuda.w8a8_gemv_tiles")
     row_major = registry.get("cuda.w8a8_gemv")
     for fmt in (Format.FP8_BLOCK, Format.FP8_TENSOR, Format.FP8_ROW):
         p = Problem(fmt, Act.FP8, 16, 4096, 4096, decode_tiles=True)
         offered = list(w8a8.configs(p, t))
         assert ring3 in row_major.configs(p, t) and ring3 not in offered and offered
-        assert all(tiled_ring_fits(True, 16, c) for c in offered)
-        assert tiled_ring_fits(True, 16, w8a8.default_config(p, t))
+        assert all(fits_on_decode_tiles(c, 16, True) for c in offered)
+        assert fits_on_decode_tiles(w8a8.default_config(p, t), 16, True)
         assert not w8a8.tiles_help(ring3, p)
         assert w8a8.tiles_help(GemvConfig(8, 1, 2), p)
     p16 = Problem(Format.FP8_ROW, Act.BF16, 16, 4096, 4096, decode_tiles=True)
@@ -253,7 +251,7 @@ def test_explain_offers_decode_tiles_where_the_table_tuned_on_them_is_faster(mon
     explain_mod = importlib.import_module("dispatch.explain")  # (dispatch.explain is the function)
 
     t = Target.simulated_for("sm_90", torch_version="2.11.0")
-    qw = dispatch.quantize(torch.randn(4096, 4096), "fp8_row")
+    qw = dispatch.quantize(torch.randn(4096, 4096), "mxfp8")  # a key whose tiled entry is well past the ratio
     e = dispatch.explain(1, qw, target=t)
     offer = next(n for n in e.notes if n.startswith("dispatch.add_decode_tiles(qw)"))
     key = (qw.format, qw.act, 4096, 4096, 1)

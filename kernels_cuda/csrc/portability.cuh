@@ -131,6 +131,24 @@ __device__ __forceinline__ uint4 fp8d_load128_rows(const void* p) {
 // Activations are re-read by every CTA: keep them in L1.
 __device__ __forceinline__ uint4 fp8d_load128_keep(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING
+// Asynchronous 16-byte copies global -> shared (sm_80+: LDGSTS), for the GEMVs' shared-memory weight ring
+// (skinny_common.cuh, FP8D_SMEM_RING; a probe's define): the bytes in flight no longer cost registers. `ok` false
+// copies nothing and zero-fills the 16 bytes (src-size 0). The thread that issues a copy is the only one that reads
+// it back, after fp8d_cp_async_wait, so no barrier is needed.
+__device__ __forceinline__ void fp8d_cp_async16(void* smem, const void* src, bool ok) {
+  unsigned dst;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(dst) : "l"(smem));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void fp8d_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fp8d_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
 __device__ __forceinline__ float fp8d_bf16_bits_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ __forceinline__ unsigned short fp8d_f32_to_bf16_bits(float f) {
   unsigned short h;

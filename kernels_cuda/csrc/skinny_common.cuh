@@ -95,6 +95,40 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
   }
 }
 
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
+// FP8D_SMEM_RING = S (a probe's define, off by default; tools/perf/probe_l2_hint.py --define): the weight ring lives in
+// shared memory, S steps deep, filled by cp.async (fp8d_cp_async16), instead of DEPTH steps in registers. Why: at
+// M = 16 the register budget holds a ring of 1-3 steps, so fewer bytes are in flight than at M = 1; in shared memory
+// the depth costs no registers. Each thread owns its slots (element i of stage st at ring[(st * 4 MT + i) * nthr +
+// tid]: a warp's 16-byte accesses are 512 contiguous bytes) and reads back only what it copied: no barrier.
+template <int MT>
+__device__ __forceinline__ void fp8d_async_weight_step(uint4* slot, int nthr, const uint8_t* __restrict__ w, int n0,
+                                                       Fp8dLane L, int N, int K, int s) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = n0 + mt * 16 + h * 8 + L.g;
+        const bool ok = row < N && kk < K;
+        fp8d_cp_async16(slot + ((mt * 2 + h) * 2 + q) * nthr, ok ? w + (long long)row * K + kk : w, ok);
+      }
+  }
+}
+
+template <int MT>
+__device__ __forceinline__ void fp8d_read_weight_step(Fp8dWeightStep<MT>& d, const uint4* slot, int nthr) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) d.v[mt][h][q] = slot[((mt * 2 + h) * 2 + q) * nthr];
+}
+#endif
+
 // Fragment slot f = (mt * NT + nt) * 4 + c of lane `lane` -> (row offset in the CTA tile, token).
 __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& row, int& tok) {
   const int c = f & 3, tile = f >> 2, mt = tile / NT, nt = tile % NT;
@@ -224,6 +258,45 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
   }
 }
 
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
+// The main loop with the shared-memory ring (FP8D_SMEM_RING = S): step j of this warp waits for its own copies
+// (S + j groups committed, so at most S - 1 may still be pending), reads them, runs the step and refills the slot
+// with step j + S. One group is committed per step even when nothing is left to copy: the count stays uniform.
+template <class P, bool kPrefetch, int NB, int S>
+__device__ __forceinline__ void fp8d_skinny_loop_smem(const P& p, float (&acc)[P::MT][P::NT][4], uint4* ring, int nthr,
+                                                      typename P::Half (&half)[NB][2],
+                                                      typename P::Scales (&scales)[NB], const uint8_t* __restrict__ w,
+                                                      int n0, Fp8dLane L, int N, int K, int warp, int nwarps,
+                                                      int nsteps) {
+  constexpr int MT = P::MT;
+  int slot = 0;
+  for (int s0 = warp; s0 < nsteps; s0 += NB * nwarps) {
+#pragma unroll
+    for (int r = 0; r < NB; ++r) {
+      const int s = s0 + r * nwarps;
+      if (s >= nsteps) break;  // warp-uniform
+      if constexpr (kPrefetch) {
+        if (s + nwarps < nsteps) {
+          const int b = (r + 1) % NB;
+          p.load_half(half[b][0], n0, L, s + nwarps, 0);
+          p.load_half(half[b][1], n0, L, s + nwarps, 1);
+          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
+        }
+      }
+      uint4* st = ring + slot * (4 * MT) * nthr + threadIdx.x;
+      fp8d_cp_async_wait<S - 1>();
+      Fp8dWeightStep<MT> wt;
+      fp8d_read_weight_step<MT>(wt, st, nthr);
+      fp8d_skinny_step<P, kPrefetch>(p, acc, wt, half[r % NB], scales[r % NB], n0, L, s);
+      if (s + S * nwarps < nsteps) fp8d_async_weight_step<MT>(st, nthr, w, n0, L, N, K, s + S * nwarps);
+      fp8d_cp_async_commit();
+      slot = slot + 1 == S ? 0 : slot + 1;
+    }
+  }
+  fp8d_cp_async_wait<0>();
+}
+#endif
+
 // The main loop of policy P, or of its rare policy where the CTA needs it (kHasRare: chosen once per CTA).
 template <class P, bool kPrefetch, int NB, int R, bool kFull>
 __device__ __forceinline__ void fp8d_skinny_loops(const P& p, bool rare, float (&acc)[P::MT][P::NT][4],
@@ -251,7 +324,20 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   // operand temporaries per tile leave ~24 registers for addresses (ptxas -v on sm_80/89/90: above that
   // the loop spills).
   constexpr int kStepRegs = 2 * P::kHalfRegs + P::kScaleRegs;
-  constexpr bool kPrefetch = D * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
+  constexpr int kRingS = FP8D_SMEM_RING;  // the weight ring in shared memory (above): one step of it in registers
+  static_assert(kRingS >= 1 && kRingS <= 8, "FP8D_SMEM_RING: 1..8 steps");
+  static_assert(!fp8d_is_persistent<P>(0) && !fp8d_tiled_weights<P>(0), "FP8D_SMEM_RING: row-major, one pass");
+  constexpr int kRegRing = 1;
+#else
+  constexpr int kRingS = 0;
+  constexpr int kRegRing = D;
+#endif
+  // With the ring in shared memory, one module that fits this estimate spills anyway (16 bytes, sm_90, NVRTC 13.0): the
+  // W8A8 GEMV with 1x128 groups (the only policy whose per-step scales exceed one register per row tile) at one token
+  // tile and two row tiles. It loads its operands just in time instead.
+  constexpr bool kRingTight = kRingS > 0 && P::kPartial && P::kScaleRegs > MT && MT == 2 && NT == 1;
+  constexpr bool kPrefetch = !kRingTight && kRegRing * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
   constexpr int NB = kPrefetch ? 2 : 1;               // operand buffers
   constexpr int R = (D % NB == 0) ? D : NB * D;        // unroll: ring slot (j % D) and buffer (j % NB) static
   using Smem = Fp8dSmemLayout<MT, NT>;
@@ -279,10 +365,22 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   Fp8dWeightStep<MT> ring[D];
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
+  // The shared-memory ring starts after the reduction's layout (GemvConfig.smem_bytes, rounded up to 16 bytes).
+  uint4* smem_ring = reinterpret_cast<uint4*>(fp8d_red + ((nwarps * NSLOT * 32 + 2 * ROWS + 32 + 3) & ~3));
+  const int nthr = blockDim.x;
+#pragma unroll
+  for (int d = 0; d < kRingS; ++d) {
+    if (warp + d * nwarps < nsteps)
+      fp8d_async_weight_step<MT>(smem_ring + d * (4 * MT) * nthr + threadIdx.x, nthr, w, n_first, L, N, K,
+                                 warp + d * nwarps);
+    fp8d_cp_async_commit();
+  }
+#endif
   // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (warp + d * nwarps < nsteps) {
+    if (kRingS == 0 && warp + d * nwarps < nsteps) {
       if (kFullRows && full) {
         fp8d_load_weight_step<MT, kTiled, kFullRows>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
       } else {
@@ -320,6 +418,19 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
 
     float acc[MT][NT][4];
     fp8d_zero<NSLOT>(&acc[0][0][0]);
+#if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
+    if constexpr (P::kHasRare) {
+      if (rare)
+        fp8d_skinny_loop_smem<typename P::Rare, kPrefetch, NB, kRingS>(p.rare(), acc, smem_ring, nthr, half, scales,
+                                                                        w, n0, L, N, K, warp, nwarps, nsteps);
+      else
+        fp8d_skinny_loop_smem<P, kPrefetch, NB, kRingS>(p, acc, smem_ring, nthr, half, scales, w, n0, L, N, K, warp,
+                                                         nwarps, nsteps);
+    } else {
+      fp8d_skinny_loop_smem<P, kPrefetch, NB, kRingS>(p, acc, smem_ring, nthr, half, scales, w, n0, L, N, K, warp,
+                                                       nwarps, nsteps);
+    }
+#else
     if (kFullRows && full) {
       fp8d_skinny_loops<P, kPrefetch, NB, R, kFullRows>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
                                                         nsteps);
@@ -327,6 +438,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
       fp8d_skinny_loops<P, kPrefetch, NB, R, false>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
                                                     nsteps);
     }
+#endif
     // kPersistent: the ring is free; the next tile's first weight loads go out now, in flight during this
     // tile's reduction and epilogue.
     int n_next = N;

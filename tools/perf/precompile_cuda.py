@@ -40,7 +40,7 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
     from kernels_cuda._dequant_route import scale_cols_module
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
     from kernels_cuda._w8a8_fused import FQ_MAX_M, FqGemvConfig, fused_module
-    from kernels_cuda.configs import MAX_UNROLL, GemvConfig
+    from kernels_cuda.configs import MAX_UNROLL, SMEM_RING_STEPS, GemvConfig
 
     out: list[tuple[str, str, tuple, str]] = []
     for path in paths:
@@ -48,6 +48,7 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
         emulate = path == "emulated"
         for m in TOKEN_TILE_MS:
             rings = [GemvConfig(8, mt, u) for mt in (1, 2) for u in range(1, MAX_UNROLL + 1)]
+            rings += [GemvConfig(8, mt, 1, SMEM_RING_STEPS) for mt in (1, 2)]  # the ring in shared memory (CUDA)
             for cfg in (c for c in rings if c.fits(m)):
                 for fmt in Format:
                     for xdt in (torch.bfloat16, torch.float16):
@@ -55,17 +56,22 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
                             continue  # refused by the launcher (2^e scales leave f16's range)
                         name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[xdt], m, cfg, emulate)
                         out.append(("gemv", name, d, a))
-                    # the same GEMV on decode tiles (kernels_cuda/_tiles.py), bf16 activations
-                    name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, emulate, tiled=True)
-                    out.append(("gemv", name, d, a))
+                    # the same GEMV on decode tiles (kernels_cuda/_tiles.py), bf16 activations; their ring is in
+                    # registers only
+                    if not cfg.smem_ring:
+                        name, _, d = gemv_module(False, SCALE_CODE[fmt], DTYPE_CODE[torch.bfloat16], m, cfg, emulate,
+                                                 tiled=True)
+                        out.append(("gemv", name, d, a))
                 for g in ActGranularity:
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate)
                     out.append(("gemv", name, d, a))
+                    if cfg.smem_ring:
+                        continue
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate, tiled=True)
                     out.append(("gemv", name, d, a))
                     if m <= FQ_MAX_M:  # the one-launch W8A8 GEMV (kernels_cuda/_w8a8_fused.py), persistent or not
                         for persistent in (True, False):
-                            fq_cfg = FqGemvConfig(cfg.warps, cfg.mtiles, cfg.unroll, persistent)
+                            fq_cfg = FqGemvConfig(cfg.warps, cfg.mtiles, cfg.unroll, persistent=persistent)
                             name, _, d = fused_module(ACTQ_CODE[g], m, fq_cfg, emulate)
                             out.append(("gemv", name, d, a))
         if not emulate:  # the quantizers and the dequant kernel have no MMA to emulate
