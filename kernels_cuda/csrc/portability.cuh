@@ -133,7 +133,7 @@ __device__ __forceinline__ uint4 fp8d_load128_keep(const void* p) { return __ldg
 
 #if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING
 // Asynchronous 16-byte copies global -> shared (sm_80+: LDGSTS), for the GEMVs' shared-memory weight ring
-// (skinny_common.cuh, FP8D_SMEM_RING; a probe's define): the bytes in flight no longer cost registers. `ok` false
+// (skinny_common.cuh, FP8D_SMEM_RING: GemvConfig.smem_ring): the bytes in flight no longer cost registers. `ok` false
 // copies nothing and zero-fills the 16 bytes (src-size 0). The thread that issues a copy is the only one that reads
 // it back, after fp8d_cp_async_wait, so no barrier is needed.
 __device__ __forceinline__ void fp8d_cp_async16(void* smem, const void* src, bool ok) {

@@ -96,8 +96,8 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
 }
 
 #if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
-// FP8D_SMEM_RING = S (a probe's define, off by default; tools/perf/probe_l2_hint.py --define): the weight ring lives in
-// shared memory, S steps deep, filled by cp.async (fp8d_cp_async16), instead of DEPTH steps in registers. Why: at
+// FP8D_SMEM_RING = S (GemvConfig.smem_ring; absent for the register ring, whose images stay as they were): the ring
+// lives in shared memory, S steps deep, filled by cp.async (fp8d_cp_async16), instead of DEPTH steps in registers. Why: at
 // M = 16 the register budget holds a ring of 1-3 steps, so fewer bytes are in flight than at M = 1; in shared memory
 // the depth costs no registers. Each thread owns its slots (element i of stage st at ring[(st * 4 MT + i) * nthr +
 // tid]: a warp's 16-byte accesses are 512 contiguous bytes) and reads back only what it copied: no barrier.
@@ -337,7 +337,8 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   // W8A8 GEMV with 1x128 groups (the only policy whose per-step scales exceed one register per row tile) at one token
   // tile and two row tiles. It loads its operands just in time instead.
   constexpr bool kRingTight = kRingS > 0 && P::kPartial && P::kScaleRegs > MT && MT == 2 && NT == 1;
-  constexpr bool kPrefetch = !kRingTight && kRegRing * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
+  constexpr bool kPrefetch =
+      !kRingTight && kRegRing * 16 * MT + 2 * kStepRegs + (P::kPartial ? 12 : 8) * MT * NT <= 104;
   constexpr int NB = kPrefetch ? 2 : 1;               // operand buffers
   constexpr int R = (D % NB == 0) ? D : NB * D;        // unroll: ring slot (j % D) and buffer (j % NB) static
   using Smem = Fp8dSmemLayout<MT, NT>;
