@@ -341,35 +341,6 @@ def test_register_budget_table_is_what_the_kernels_compile_to():
     assert not bad, bad
 
 
-def test_full_rows_probe_variant_compiles_and_drops_the_bounds_checks():
-    """FP8D_FULL_ROWS=1 (a probe's define, tools/perf/probe_l2_hint.py --define; never timed yet): the row-major GEMVs
-    compile with a second main loop whose weight loads carry no bounds predicates, shorter than the predicated loop;
-    without the define the module has one main loop (the shipped images: tools.restamp_table --images-equal)."""
-    compiler = _nvrtc_or_skip()
-    from kernels_cuda import isa
-
-    if isa.cuobjdump() is None:
-        pytest.skip("cuobjdump not found (ships in the triton wheel)")
-    from dispatch.isa import _SASS_BACK_BRANCH, _SASS_INSTR
-
-    def loop_sizes(built) -> list[int]:
-        sass = isa.sass_text(built.path)
-        spans = {(int(t, 16), int(a, 16)) for a, t in _SASS_BACK_BRANCH.findall(sass) if int(t, 16) < int(a, 16)}
-        addrs = [int(a, 16) for a, _ in _SASS_INSTR.findall(sass)]
-        return sorted((sum(lo <= a <= hi for a in addrs) for lo, hi in spans), reverse=True)
-
-    for name, d in (("gemv_w8a16.cu", {"FP8D_CFG_SCALE": 1, "FP8D_CFG_XKIND": 0}), ("gemv_w8a8.cu", {"FP8D_CFG_ACTQ": 2})):
-        d = {**d, "FP8D_CFG_NT": 1, "FP8D_CFG_MT": 1, "FP8D_CFG_U": 2}
-        for arch in ("sm_90", "sm_80"):
-            full = compiler.compile_module(name, arch, {**d, "FP8D_FULL_ROWS": 1})
-            assert compiler.ptxas_resources(full.log).get("spill_bytes", 0) == 0, (name, arch)
-        # sm_90 (where the loop finder reads the SASS): the two main loops (predicated, unpredicated) are the two
-        # largest loop bodies; the plain module has only the first
-        plain = loop_sizes(compiler.compile_module(name, "sm_90", d))
-        sizes = loop_sizes(compiler.compile_module(name, "sm_90", {**d, "FP8D_FULL_ROWS": 1}))
-        assert len(sizes) == len(plain) + 1 and plain[1] < sizes[1] < sizes[0], (name, sizes, plain)
-
-
 def test_shared_memory_ring_modules_compile_without_spills_and_copy_asynchronously():
     """GemvConfig.smem_ring (FP8D_SMEM_RING): every family and scale / activation kind at one and two token tiles and
     one and two row tiles compiles for sm_80, sm_89 and sm_90 under __launch_bounds__(256, 2) without spills, and the
@@ -599,9 +570,11 @@ def test_model_skinny_loop_reads_every_step_once_from_the_right_slot(depth, pref
 
     src = (CSRC / "skinny_common.cuh").read_text()
     for token in ("constexpr int R = (D % NB == 0) ? D : NB * D;", "for (int s0 = warp; s0 < nsteps; s0 += R * nwarps)",
-                  "const int s = s0 + r * nwarps;", "const int b = (r + 1) % NB;",
+                  "const int s = s0 + r * nwarps;",
+                  "if (s + nwarps < nsteps) fp8d_load_step_operands<P, NB>(p, half, scales, (r + 1) % NB, n0, L, "
+                  "s + nwarps);",
                   "fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);",
-                  "if (s + D * nwarps < nsteps)\n        fp8d_load_weight_step<MT, kTiled, kFull>(ring[r % D], w, n0, L, N, K, "
+                  "if (s + D * nwarps < nsteps)\n        fp8d_load_weight_step<MT, kTiled>(ring[r % D], w, n0, L, N, K, "
                   "s + D * nwarps);"):
         assert token in src, token
 

@@ -61,8 +61,7 @@ __device__ __forceinline__ Fp8dLane fp8d_lane() {
 // (16-row tile, 128-wide step) block of 2 KB laid out as [h][q][lane][16 bytes], rows and K zero-padded to whole
 // blocks, so each load instruction of a warp reads 512 contiguous bytes (the row-major layout reads eight 64-byte
 // pieces of eight rows) and needs no predicate: 0.79-0.99x the time at the same config on the H200 (session 22).
-// kFull (FP8D_FULL_ROWS, below): every row of the tile is < N and every step whole (K % 128 == 0): no predicates.
-template <int MT, bool kTiled = false, bool kFull = false>
+template <int MT, bool kTiled = false>
 __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, const uint8_t* __restrict__ w,
                                                       int n0, Fp8dLane L, int N, int K, int s) {
   if constexpr (kTiled) {
@@ -84,12 +83,8 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = n0 + mt * 16 + h * 8 + L.g;
-          if constexpr (kFull) {
-            d.v[mt][h][q] = fp8d_load128_rows(w + (long long)row * K + kk);
-          } else {
-            d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128_rows(w + (long long)row * K + kk)
-                                                : make_uint4(0u, 0u, 0u, 0u);
-          }
+          d.v[mt][h][q] = (row < N && kk < K) ? fp8d_load128_rows(w + (long long)row * K + kk)
+                                              : make_uint4(0u, 0u, 0u, 0u);
         }
     }
   }
@@ -104,6 +99,8 @@ __device__ __forceinline__ void fp8d_load_weight_step(Fp8dWeightStep<MT>& d, con
 template <int MT>
 __device__ __forceinline__ void fp8d_async_weight_step(uint4* slot, int nthr, const uint8_t* __restrict__ w, int n0,
                                                        Fp8dLane L, int N, int K, int s) {
+  // The addressing of fp8d_load_weight_step's row-major branch (a shared walker over the chunks changed this module's
+  // image, so it stays written out twice).
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     const int kk = s * FP8D_KSTEP + fp8d_chunk_k(L.t, q);
@@ -229,8 +226,18 @@ __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT]
   }
 }
 
+// Issues the loads of step s's non-weight operands (x, per-step scales) into operand buffer b.
+template <class P, int NB>
+__device__ __forceinline__ void fp8d_load_step_operands(const P& p, typename P::Half (&half)[NB][2],
+                                                        typename P::Scales (&scales)[NB], int b, int n0, Fp8dLane L,
+                                                        int s) {
+  p.load_half(half[b][0], n0, L, s, 0);
+  p.load_half(half[b][1], n0, L, s, 1);
+  if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s);
+}
+
 // The main loop over this warp's K steps (ring slot r % D and operand buffer r % NB static after unrolling).
-template <class P, bool kPrefetch, int NB, int R, bool kFull = false>
+template <class P, bool kPrefetch, int NB, int R>
 __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  Fp8dWeightStep<P::MT> (&ring)[P::DEPTH],
                                                  typename P::Half (&half)[NB][2], typename P::Scales (&scales)[NB],
@@ -244,16 +251,11 @@ __device__ __forceinline__ void fp8d_skinny_loop(const P& p, float (&acc)[P::MT]
       const int s = s0 + r * nwarps;
       if (s >= nsteps) break;  // warp-uniform
       if constexpr (kPrefetch) {
-        if (s + nwarps < nsteps) {
-          const int b = (r + 1) % NB;
-          p.load_half(half[b][0], n0, L, s + nwarps, 0);
-          p.load_half(half[b][1], n0, L, s + nwarps, 1);
-          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
-        }
+        if (s + nwarps < nsteps) fp8d_load_step_operands<P, NB>(p, half, scales, (r + 1) % NB, n0, L, s + nwarps);
       }
       fp8d_skinny_step<P, kPrefetch>(p, acc, ring[r % D], half[r % NB], scales[r % NB], n0, L, s);
       if (s + D * nwarps < nsteps)
-        fp8d_load_weight_step<MT, kTiled, kFull>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
+        fp8d_load_weight_step<MT, kTiled>(ring[r % D], w, n0, L, N, K, s + D * nwarps);
     }
   }
 }
@@ -276,12 +278,7 @@ __device__ __forceinline__ void fp8d_skinny_loop_smem(const P& p, float (&acc)[P
       const int s = s0 + r * nwarps;
       if (s >= nsteps) break;  // warp-uniform
       if constexpr (kPrefetch) {
-        if (s + nwarps < nsteps) {
-          const int b = (r + 1) % NB;
-          p.load_half(half[b][0], n0, L, s + nwarps, 0);
-          p.load_half(half[b][1], n0, L, s + nwarps, 1);
-          if constexpr (P::kPartial) p.load_scales(scales[b], n0, L, s + nwarps);
-        }
+        if (s + nwarps < nsteps) fp8d_load_step_operands<P, NB>(p, half, scales, (r + 1) % NB, n0, L, s + nwarps);
       }
       uint4* st = ring + slot * (4 * MT) * nthr + threadIdx.x;
       fp8d_cp_async_wait<S - 1>();
@@ -298,7 +295,7 @@ __device__ __forceinline__ void fp8d_skinny_loop_smem(const P& p, float (&acc)[P
 #endif
 
 // The main loop of policy P, or of its rare policy where the CTA needs it (kHasRare: chosen once per CTA).
-template <class P, bool kPrefetch, int NB, int R, bool kFull>
+template <class P, bool kPrefetch, int NB, int R>
 __device__ __forceinline__ void fp8d_skinny_loops(const P& p, bool rare, float (&acc)[P::MT][P::NT][4],
                                                   Fp8dWeightStep<P::MT> (&ring)[P::DEPTH],
                                                   typename P::Half (&half)[NB][2], typename P::Scales (&scales)[NB],
@@ -306,12 +303,12 @@ __device__ __forceinline__ void fp8d_skinny_loops(const P& p, bool rare, float (
                                                   int warp, int nwarps, int nsteps) {
   if constexpr (P::kHasRare) {
     if (rare) {
-      fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R, kFull>(p.rare(), acc, ring, half, scales, w, n0, L, N, K,
+      fp8d_skinny_loop<typename P::Rare, kPrefetch, NB, R>(p.rare(), acc, ring, half, scales, w, n0, L, N, K,
                                                                   warp, nwarps, nsteps);
       return;
     }
   }
-  fp8d_skinny_loop<P, kPrefetch, NB, R, kFull>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
+  fp8d_skinny_loop<P, kPrefetch, NB, R>(p, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
 }
 
 template <class P>
@@ -353,16 +350,6 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   // The launcher's grid: one CTA per row tile, or (kPersistent) the first of the CTA's tiles.
   const int n_first = blockIdx.x * ROWS;
   if (n_first >= N) return;  // the whole CTA: no barrier is pending
-  // FP8D_FULL_ROWS (1; only a probe defines it: tools/perf/probe_l2_hint.py --define): a CTA whose rows are all < N, on
-  // a K of whole 128-wide steps, loads its row-major weight without the bounds predicates and zero fills (the row-major
-  // loop runs ~12-23 % more instructions than the tiled one, mostly those). Chosen once per CTA; not persistent grids.
-#if defined(FP8D_FULL_ROWS) && FP8D_FULL_ROWS
-  constexpr bool kFullRows = !kTiled && !kPersistent;
-#else
-  constexpr bool kFullRows = false;
-#endif
-  bool full = false;
-  if constexpr (kFullRows) full = n_first + ROWS <= N && K % FP8D_KSTEP == 0;
   Fp8dWeightStep<MT> ring[D];
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
@@ -381,13 +368,8 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   // This warp's K steps are warp, warp + nwarps, ...; ring slot d holds the d-th of them to come.
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (kRingS == 0 && warp + d * nwarps < nsteps) {
-      if (kFullRows && full) {
-        fp8d_load_weight_step<MT, kTiled, kFullRows>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
-      } else {
-        fp8d_load_weight_step<MT, kTiled>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
-      }
-    }
+    if (kRingS == 0 && warp + d * nwarps < nsteps)
+      fp8d_load_weight_step<MT, kTiled>(ring[d], w, n_first, L, N, K, warp + d * nwarps);
   fp8d_allow_dependent_grid();
   // Which policy runs the loop: read before the wait (only weight data), so its latency hides behind the
   // previous grid's tail and this CTA's first weight loads. CTA-uniform (a barrier inside).
@@ -398,11 +380,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   if constexpr (fp8d_has_prologue<P>(0)) p.prologue();
   for (int next_n0 = n_first;;) {  // one pass unless kPersistent
     const int n0 = next_n0;
-    if (kPrefetch && warp < nsteps) {
-      p.load_half(half[0][0], n0, L, warp, 0);
-      p.load_half(half[0][1], n0, L, warp, 1);
-      if constexpr (P::kPartial) p.load_scales(scales[0], n0, L, warp);
-    }
+    if (kPrefetch && warp < nsteps) fp8d_load_step_operands<P, NB>(p, half, scales, 0, n0, L, warp);
     // Output scales and bias: loaded before the main loop (in flight during it, read after the reduction)
     // where 4 more live registers fit; the 4-accumulator-tile configs load them after the loop instead.
     constexpr bool kEarlyOut = MT * NT <= 2;
@@ -432,13 +410,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
                                                        nwarps, nsteps);
     }
 #else
-    if (kFullRows && full) {
-      fp8d_skinny_loops<P, kPrefetch, NB, R, kFullRows>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
-                                                        nsteps);
-    } else {
-      fp8d_skinny_loops<P, kPrefetch, NB, R, false>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps,
-                                                    nsteps);
-    }
+    fp8d_skinny_loops<P, kPrefetch, NB, R>(p, rare, acc, ring, half, scales, w, n0, L, N, K, warp, nwarps, nsteps);
 #endif
     // kPersistent: the ring is free; the next tile's first weight loads go out now, in flight during this
     // tile's reduction and epilogue.
