@@ -114,6 +114,12 @@ MEASURED_PRIORS: dict[tuple[str, Format], Prior] = {
     ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.91, 0.30, False, 11.0),
     ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.92, 0.30, False, 10.7),
     ("cuda.w8a8_gemv_fq", Format.FP8_TENSOR): Prior(0.91, 0.30, False, 9.3),
+    # The W8A8 GEMV that quantizes x in its K loop at M = 2 (it serves M <= 2), scaled from the two-launch GEMV's
+    # terms by both candidates' fits to one run as its one-row priors are (session 26: two-launch 0.89-0.91 / 3.6-4.8
+    # us, in-loop 0.86-0.90 / 4.1-5.2 us).
+    ("cuda.w8a8_gemv_inline", Format.FP8_BLOCK): Prior(0.95, 0.30, False, 5.6),
+    ("cuda.w8a8_gemv_inline", Format.FP8_ROW): Prior(0.90, 0.30, False, 5.4),
+    ("cuda.w8a8_gemv_inline", Format.FP8_TENSOR): Prior(0.95, 0.30, False, 5.3),
     # The Triton GEMVs, refit in session 11 to their re-measurement (h200_triton_gemv_summary_2026-11-30_s11.json:
     # best config per cell, 8 shapes x M = 1, 4, 16; us = bytes / (4275 GB/s x bw_eff) + fixed_us, least squares per
     # format: `python -m tools.perf.fit_priors` on that file prints these values, mxfp8 0.50 for the 0.48 kept; worst
@@ -177,7 +183,7 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     # refit in session 24 to the table re-tuned on the L2 prefetch hint (was 0.99 / 2.5 us and 0.91 / 3.1 us)
     ("cuda.w8a16_gemv", Format.FP8_TENSOR): Prior(1.04, 0.30, False, 2.4),  # as fp8_row (same main loop)
     ("cuda.w8a16_gemv", Format.FP8_ROW): Prior(1.04, 0.30, False, 2.4),  # worst cell 5 % off
-    ("cuda.w8a16_gemv", Format.MXFP8): Prior(0.95, 0.30, False, 3.2),  # 14 %
+    ("cuda.w8a16_gemv", Format.MXFP8): Prior(0.97, 0.30, False, 2.9),  # 8 %; session 26's re-tune (was 0.95 / 3.2)
     # the W8A8 ones refit to session 19's table (the CUDA quantizer reads x once): fp8_tensor 4 cells (4 are
     # `_scaled_mm`'s or the Triton GEMM's), was 1.00 / 4.6 us over 6; fp8_row 7 cells, was 1.01 / 5.9 us. Now the
     # fit to session 22's measurement of every candidate at M = 1 (`python -m tools.perf.fit_priors
@@ -197,6 +203,13 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     ("torch.scaled_mm_tensorwise", Format.FP8_TENSOR): Prior(0.98, 0.75, True, 5.0),  # the same run at M = 1, 12 %
     ("cuda.w8a8_gemv_fq", Format.FP8_ROW): Prior(0.94, 0.30, False, 5.4),
     ("cuda.w8a8_gemv_fq", Format.FP8_BLOCK): Prior(0.93, 0.30, False, 6.0),
+    # The W8A8 GEMV that quantizes x in its K loop, scaled from the two-launch GEMV's terms above by both candidates'
+    # fits to one run (session 26, tools/perf/probe_inline_quant.py, 8 weights a format, each at its best config:
+    # two-launch 1.05-1.07 / 3.6-5.2 us, in-loop 0.97-1.03 / 3.6-4.1 us; worst cells 18-23 % off both fits): every CTA
+    # quantizes all of x, a cost that grows with the CTAs, so it wins the smaller weights and loses the largest.
+    ("cuda.w8a8_gemv_inline", Format.FP8_BLOCK): Prior(0.88, 0.30, False, 3.75),
+    ("cuda.w8a8_gemv_inline", Format.FP8_ROW): Prior(0.92, 0.30, False, 4.2),
+    ("cuda.w8a8_gemv_inline", Format.FP8_TENSOR): Prior(0.97, 0.30, False, 4.4),
     ("triton.w8a16_gemv", Format.FP8_TENSOR): Prior(0.99, 0.30, False, 4.8),  # as fp8_row (same main loop)
     ("triton.w8a16_gemv", Format.FP8_ROW): Prior(0.99, 0.30, False, 4.8),  # worst cell 4 % off
     ("triton.w8a16_gemv", Format.MXFP8): Prior(0.80, 0.30, False, 7.0),  # 12 %

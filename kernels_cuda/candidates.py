@@ -5,6 +5,8 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
   cuda.w8a16_gemv     decode W8A16, every weight scale layout, 1 <= M <= 32
   cuda.w8a8_gemv      decode W8A8 (fused activation quantization + fp8 GEMV), 1 <= M <= 32
   cuda.w8a8_gemv_fq   decode W8A8 in ONE launch (each CTA quantizes x into shared memory), 1 <= M <= 8
+  cuda.w8a8_gemv_inline
+                      decode W8A8 in ONE launch, x quantized step by step inside the K loop, 1 <= M <= 2
   cuda.w8a16_gemv_tiles, cuda.w8a8_gemv_tiles
                       the two GEMVs reading a weight's decode tiles (dispatch.add_decode_tiles; kernels_cuda/_tiles.py)
   cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then one cuBLAS GEMM, W8A16, M >= 256
@@ -20,7 +22,7 @@ from dispatch.formats import Act, Format, QWeight, act_granularity
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
-from . import _dequant_route, _launch, _tiles, _w8a8_fused
+from . import _dequant_route, _launch, _tiles, _w8a8_fused, _w8a8_inline
 from ._w8a8_fused import FqGemvConfig
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, fits_on_decode_tiles, gemv_configs
 
@@ -192,6 +194,38 @@ class CudaW8A8GemvFused(CudaW8A8Gemv):
         return _w8a8_fused.w8a8_gemv_fq(x2d, qw, bias, out_dtype, config)
 
 
+class CudaW8A8GemvInline(CudaW8A8Gemv):
+    """The same GEMV in ONE launch with x quantized inside its K loop (kernels_cuda/_w8a8_inline.py): the warp that owns
+    a 128-wide step quantizes that step of x in registers right before its MMAs, so nothing waits for a quantizer grid
+    or for a prologue over all of x (per tensor / per token: one amax pass over x first). Every CTA repeats the
+    divisions, so M <= 2 tokens of bf16 / fp16 x; its configs are the GEMV's that fit its registers."""
+
+    id = "cuda.w8a8_gemv_inline"
+    source_files = SOURCES + ("kernels_cuda/csrc/gemv_w8a8.cu", "kernels_cuda/csrc/act_quant_common.cuh",
+                              "kernels_cuda/_w8a8_inline.py")
+    decode_tiles_variant = None  # not built on decode tiles (not measured)
+
+    def _family_support(self, problem: Problem, target: Target, s: Support) -> Support:
+        s = super()._family_support(problem, target, s)
+        if not s:
+            return s
+        reason = _w8a8_inline.unsupported_reason(problem.m, problem.x_dtype, GemvConfig())
+        return Support.no(reason) if reason else s
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        return [c for c in gemv_configs(problem, target) if _w8a8_inline.fits(c, problem.m)]
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        ok = self.configs(problem, target)
+        first = default_gemv_config(problem, target)
+        return first if first in ok or not ok else ok[0]
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.FP8)
+        return _w8a8_inline.w8a8_gemv_inline(x2d, qw, bias, out_dtype, config)
+
+
 class _OnDecodeTiles:
     """Mixin: the same GEMV reading the weight's decode tiles (kernels_cuda/_tiles.py): the same sums in the same order,
     512 contiguous bytes per warp load. Only for weights given tiles (dispatch.add_decode_tiles: an opt-in copy of the
@@ -298,5 +332,5 @@ class CudaDequantCublas(_CudaCandidate):
 
 
 def candidates() -> list[Candidate]:
-    return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaW8A8GemvFused(), CudaW8A16GemvTiles(), CudaW8A8GemvTiles(),
-            CudaDequantCublas()]
+    return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaW8A8GemvFused(), CudaW8A8GemvInline(), CudaW8A16GemvTiles(),
+            CudaW8A8GemvTiles(), CudaDequantCublas()]

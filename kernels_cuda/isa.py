@@ -93,6 +93,11 @@ def variants() -> list[Variant]:
     # the persistent one-launch GEMV (a loop over row tiles around the same body), and the GEMVs on decode tiles
     # (kernels_cuda/_tiles.py: predicate-free 16-byte loads at computed block offsets)
     v += [_gemv8_fq("group", Format.FP8_BLOCK, 1, persistent=True)]
+    # the W8A8 GEMV that quantizes x in its K loop (M <= 2: shuffles, F2FP encode on sm_89+), at 2 tokens with the
+    # deepest ring that fits and with the shared-memory ring
+    v += [_gemv8_inline(s, f, 2, 1, 4) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
+                                                     ("group", Format.FP8_BLOCK))]
+    v += [_gemv8_inline("group", Format.FP8_BLOCK, 2, 2, 1), _gemv8_inline("token", Format.FP8_ROW, 1, 2, 1, ring=3)]
     v += [_tiled(x) for x in (_gemv16("row", Format.FP8_ROW, 0, 1, 1), _gemv16("mx", Format.MXFP8, 0, 1, 1),
                               _gemv8("group", Format.FP8_BLOCK, 1, 1), _gemv8("token", Format.FP8_ROW, 2, 16, mt=2))]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
@@ -120,6 +125,18 @@ def _gemv8_fq(scheme: str, fmt: Format, mt: int, persistent: bool = False) -> Va
     tag = ",persistent" if persistent else ""
     return Variant(f"w8a8_gemv_fq[{scheme},M<=8,mt={mt},u={u}{tag}]", name, d, Problem(fmt, Act.FP8, 1, 4096, 4096),
                    "cuda.w8a8_gemv_fq", True)
+
+
+def _gemv8_inline(scheme: str, fmt: Format, m: int, mt: int, u: int, ring: int = 0) -> Variant:
+    import torch  # noqa: PLC0415
+
+    from ._w8a8_inline import inline_module  # noqa: PLC0415
+    from .configs import GemvConfig  # noqa: PLC0415
+
+    g = {"tensor": 0, "token": 1, "group": 2}[scheme]
+    name, _, d = inline_module(g, m, torch.bfloat16, GemvConfig(8, mt, u, ring))
+    return Variant(f"w8a8_gemv_inline[{scheme},M={m},mt={mt},{f'r={ring}' if ring else f'u={u}'}]", name, d,
+                   Problem(fmt, Act.FP8, m, 4096, 4096), "cuda.w8a8_gemv_inline", True)
 
 
 def _tiled(v: Variant) -> Variant:

@@ -204,8 +204,8 @@ def test_import_touches_nothing_and_reports_unavailable_without_gpu():
     from kernels_cuda import candidates
 
     cands = candidates.candidates()
-    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.w8a8_gemv_fq", "cuda.w8a16_gemv_tiles",
-                                     "cuda.w8a8_gemv_tiles", "cuda.dequant_cublas"}
+    assert {c.id for c in cands} == {"cuda.w8a16_gemv", "cuda.w8a8_gemv", "cuda.w8a8_gemv_fq", "cuda.w8a8_gemv_inline",
+                                     "cuda.w8a16_gemv_tiles", "cuda.w8a8_gemv_tiles", "cuda.dequant_cublas"}
     if not torch.cuda.is_available():
         s = cands[0].available()
         assert not s and s.reason
@@ -807,6 +807,72 @@ def test_three_ctas_at_ring_1_matches_ptxas(arch):
             assert regs <= 80, (arch, act, fmt, regs)
         elif arch == "sm_90":
             assert regs > 80, (arch, act, fmt, regs)
+
+
+def test_inline_quant_w8a8_support_rules_and_shared_memory():
+    """cuda.w8a8_gemv_inline serves M <= 2 tokens of bf16 / fp16 x for the three W8A8 formats; its configs are the
+    GEMV's (the shared-memory ring included) that fit; the size it asks for is the GEMV's layout plus the amax pass's
+    scale slots (1 per tensor, M per token, none for 1x128 groups), which the kernel places after the ring."""
+    from dispatch.formats import ActGranularity
+    from kernels_cuda import _w8a8_inline as iq
+    from kernels_cuda.candidates import CudaW8A8GemvInline
+    from kernels_cuda.configs import GemvConfig
+
+    t, c = Target.simulated_for("sm_90"), CudaW8A8GemvInline()
+    for fmt in (Format.FP8_BLOCK, Format.FP8_ROW, Format.FP8_TENSOR):
+        assert c.supports(Problem(fmt, Act.FP8, 2, 4096, 14336), t)
+    assert "1 <= M <= 2" in c.supports(Problem(Format.FP8_ROW, Act.FP8, 3, 4096, 4096), t).reason
+    assert "bf16 or fp16" in c.supports(Problem(Format.FP8_ROW, Act.FP8, 1, 4096, 4096,
+                                                x_dtype=torch.float32), t).reason
+    assert "multiple of 16" in c.supports(Problem(Format.FP8_TENSOR, Act.FP8, 1, 4096, 1000), t).reason
+    assert (Format.MXFP8, Act.BF16) not in c.serves
+    for m in (1, 2):
+        p = Problem(Format.FP8_BLOCK, Act.FP8, m, 4096, 4096)
+        cfgs = c.configs(p, t)
+        assert cfgs and any(g.smem_ring for g in cfgs) and c.default_config(p, t) in cfgs
+        assert all(iq.unsupported_reason(m, torch.bfloat16, g) is None for g in cfgs)
+    assert [iq.quantized_tokens(m) for m in (1, 2)] == [1, 2]
+    ring = GemvConfig(8, 2, 1, 3)
+    for g, slots in [(ActGranularity.PER_TENSOR, 1), (ActGranularity.PER_TOKEN, 2),
+                     (ActGranularity.PER_TOKEN_GROUP_128, 0)]:
+        assert iq.smem_bytes(2, g, ring) == ring.smem_bytes(2) + 4 * slots
+    from kernels_cuda import compiler
+
+    src = (compiler.CSRC / "gemv_w8a8.cu").read_text()
+    # the kernel's offset of the scale slots is GemvConfig.smem_bytes: the reduction's layout, 16-byte aligned, the ring
+    assert "off = ((off + 3) & ~3) + FP8D_SMEM_RING * (4 * FP8D_CFG_MT) * 4 * (int)blockDim.x;" in src
+
+
+def test_inline_quant_w8a8_modules_compile_without_spills():
+    """Every module cuda.w8a8_gemv_inline can ask for on the H200 (each format, M = 1 and 2, every config it offers,
+    bf16 x) compiles for sm_90, sm_89 and sm_80 without local-memory spills, and the sm_90 module quantizes with the
+    hardware e4m3 encode (F2FP) and exchanges codes by shuffles (SHFL)."""
+    compiler = _nvrtc_or_skip()
+    from dispatch.formats import ActGranularity
+    from kernels_cuda import isa
+    from kernels_cuda._kinds import ACTQ_CODE
+    from kernels_cuda._w8a8_inline import inline_module
+    from kernels_cuda.candidates import CudaW8A8GemvInline
+
+    t, c = Target.simulated_for("sm_90"), CudaW8A8GemvInline()
+    keys = set()
+    for g, fmt in ((ActGranularity.PER_TENSOR, Format.FP8_TENSOR), (ActGranularity.PER_TOKEN, Format.FP8_ROW),
+                   (ActGranularity.PER_TOKEN_GROUP_128, Format.FP8_BLOCK)):
+        for m in (1, 2):
+            for cfg in c.configs(Problem(fmt, Act.FP8, m, 4096, 4096), t):
+                keys.add(inline_module(ACTQ_CODE[g], m, torch.bfloat16, cfg))
+    assert len(keys) >= 30
+    bad = []
+    for name, _, d in sorted(keys):
+        for arch in ("sm_90", "sm_89", "sm_80"):
+            res = compiler.ptxas_resources(compiler.compile_module(name, arch, dict(d)).log)
+            if res.get("spill_bytes", 0):
+                bad.append((arch, d, res))
+    assert not bad, bad
+    if isa.cuobjdump() is not None:
+        name, _, d = sorted(keys)[0]
+        ops = isa.sass_opcodes(compiler.compile_module(name, "sm_90", dict(d)).path)
+        assert any(o.startswith("F2FP") for o in ops) and any(o.startswith("SHFL") for o in ops)
 
 
 def test_one_launch_w8a8_support_rules_and_shared_memory():

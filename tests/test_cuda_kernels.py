@@ -652,6 +652,93 @@ def test_one_launch_w8a8_refuses_what_it_cannot_serve(launch):
         fq.w8a8_gemv_fq(_x(4, 14336, torch.bfloat16, 1), qw)
 
 
+# --- the W8A8 GEMV that quantizes x inside its K loop (kernels_cuda/_w8a8_inline.py) ----------------------------------
+def _inline():
+    from kernels_cuda import _w8a8_inline
+
+    return _w8a8_inline
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_inline_quant_w8a8_equals_the_two_launch_route_bit_for_bit(launch, fmt, path):
+    """Each warp quantizes its K steps of x with the quantizer's device functions in the quantizer's arrangement: y must
+    be the two-launch route's to the bit for bf16 and fp16 x, M = 1, 2 (every FP8D_CFG_QT), partial row tiles,
+    K % 128 != 0, K < 128, with and without a bias; and close to the reference."""
+    iq = _inline()
+    kw = PATHS[path]
+    for (n, k), seed in zip(SHAPES, itertools.count(70)):
+        qw = dispatch.quantize(_weight(n, k, seed), fmt, act="fp8")
+        bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+        for m, dtype in [(1, torch.bfloat16), (1, torch.float16), (2, torch.float16), (2, torch.bfloat16)]:
+            x = _x(m, k, dtype, seed + m)
+            for b in (None, bias):
+                y1 = iq.w8a8_gemv_inline(x, qw, b, torch.float32, **kw)
+                y2 = launch.w8a8_gemv(x, qw, b, torch.float32, **kw)
+                assert _same_bits(y1, y2), f"{fmt} {path} [{m}, {k}] x {dtype} bias={b is not None}"
+            _check_close(iq.w8a8_gemv_inline(x, qw, bias, torch.bfloat16, **kw), x, qw, bias)
+
+
+@pytest.mark.parametrize("fmt", W8A8_FORMATS)
+def test_inline_quant_w8a8_special_values_and_every_config(launch, fmt):
+    """Zero tokens (floor scale), saturating values, e4m3 rounding ties, NaN and Inf in x, under every config the
+    candidate offers (register and shared-memory rings, 1 and 2 row tiles) at M = 1 and 2: the codes the warps make
+    must be the quantizer's, so y is the two-launch route's at the same config to the bit. Token 1 of M = 2 is
+    all zero (floor scale) or holds the NaN, Inf, saturating values and rounding ties."""
+    from dispatch.problem import Problem
+    from dispatch.target import detect
+    from kernels_cuda.candidates import CudaW8A8GemvInline
+
+    iq, cand = _inline(), CudaW8A8GemvInline()
+    for rows, n, k in [((0,), 4096, 4096), ((0, 1), 6144, 4096), ((2, 3), 1000, 2560), ((5, 4), 300, 1040)]:
+        m = len(rows)
+        qw = dispatch.quantize(_weight(n, k, m), fmt, act="fp8")
+        x = _special_x(6, k, torch.bfloat16)[list(rows)].contiguous()  # rows: random, zero, saturating, NaN, Inf, ties
+        cfgs = cand.configs(Problem(fmt, Act.FP8, m, n, k), detect("cuda"))
+        assert cfgs and any(c.smem_ring for c in cfgs)
+        for cfg in cfgs:
+            y1 = iq.w8a8_gemv_inline(x, qw, None, torch.float32, cfg)
+            y2 = launch.w8a8_gemv(x, qw, None, torch.float32, cfg)
+            assert _same_bits(y1, y2), f"{fmt} [{m}, {n}, {k}] {cfg}"
+        if rows == (2, 3):  # NaN reached the output where the quantizer's scale made it (per tensor: everywhere)
+            assert torch.isnan(y1[1]).all()
+
+
+def test_inline_quant_w8a8_in_a_graph_with_programmatic_launches(launch):
+    """Captured (programmatic launches: x is read only after the wait) between kernels that write x, it must read the
+    x of its position in the stream, as eager calls do."""
+    iq = _inline()
+    qw = dispatch.quantize(_weight(4096, 4096, 5), Format.FP8_BLOCK, act="fp8")
+    qr = dispatch.quantize(_weight(4096, 4096, 6), Format.FP8_TENSOR, act="fp8")
+    x = _x(2, 4096, torch.bfloat16, 9)
+
+    def chain():
+        y1 = iq.w8a8_gemv_inline(x, qw)
+        y2 = iq.w8a8_gemv_inline(y1, qr)  # reads what the launch just before it wrote (amax pass, then the loop)
+        return [y1, y2, iq.w8a8_gemv_inline(y2, qw)]
+
+    eager = chain()
+    graph, outs = _capture(chain)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, eager):
+        assert torch.equal(a, b)
+
+
+def test_inline_quant_w8a8_refuses_what_it_cannot_serve(launch):
+    from dispatch.errors import UnsupportedError
+    from kernels_cuda.configs import GemvConfig
+
+    iq = _inline()
+    qw = dispatch.quantize(_weight(256, 4096, 7), Format.FP8_BLOCK, act="fp8")
+    with pytest.raises(UnsupportedError, match="1 <= M <= 2"):
+        iq.w8a8_gemv_inline(_x(3, 4096, torch.bfloat16, 1), qw)
+    with pytest.raises(UnsupportedError, match="bf16 or fp16"):
+        iq.w8a8_gemv_inline(_x(2, 4096, torch.float32, 1), qw)
+    with pytest.raises(UnsupportedError, match="register budget"):
+        iq.w8a8_gemv_inline(_x(2, 4096, torch.bfloat16, 1), qw, config=GemvConfig(8, 2, 4))
+
+
 # ---- decode tiles (kernels_cuda/_tiles.py, dispatch.add_decode_tiles): the same GEMVs on the tiled layout ----------
 
 def _tiles():

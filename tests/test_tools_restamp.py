@@ -173,6 +173,7 @@ def test_image_digest_keys_name_the_candidates_that_load_them():
     assert owners == {c.id for c in cuda_candidates()}
     assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0), ("FP8D_CFG_FQ", 1))) == "cuda.w8a8_gemv_fq"
     assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0),)) == "cuda.w8a8_gemv"
+    assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_FQ", 1), ("FP8D_CFG_INLINE", 1))) == "cuda.w8a8_gemv_inline"
     assert cid.module_candidates("gemv_w8a8.cu", (("FP8D_CFG_ACTQ", 0), ("FP8D_CFG_TILED", 1))) == "cuda.w8a8_gemv_tiles"
     assert cid.module_candidates("gemv_w8a16.cu", (("FP8D_CFG_TILED", 1),)) == "cuda.w8a16_gemv_tiles"
     assert cid.module_candidates("new_kernel.cu", ()) == "*"

@@ -166,6 +166,16 @@ __device__ constexpr bool fp8d_tiled_weights(long) {
   return false;
 }
 
+// P::kQuantizesSteps if policy P defines it, else false (the same reason again).
+template <class P>
+__device__ constexpr auto fp8d_quantizes_steps(int) -> decltype(P::kQuantizesSteps) {
+  return P::kQuantizesSteps;
+}
+template <class P>
+__device__ constexpr bool fp8d_quantizes_steps(long) {
+  return false;
+}
+
 // P::kPersistent if policy P defines it, else false (a function for the same reason as fp8d_has_prologue).
 template <class P>
 __device__ constexpr auto fp8d_is_persistent(int) -> decltype(P::kPersistent) {
@@ -201,6 +211,10 @@ __device__ constexpr bool fp8d_is_persistent(long) {
 //                                    wait and ONE prologue, and issues the next tile's first weight loads
 //                                    before the current tile's reduction (no kHasRare: the policy is per CTA)
 //   kTiledWeights                    `w` holds the weight's decode tiles (fp8d_load_weight_step<MT, true>)
+//   kQuantizesSteps / quantize_step(Half (&)[2], Scales&, L)
+//                                    x arrives raw with the step's scales (load_scales; load_half loads nothing)
+//                                    and the policy makes both halves' operands from it before the MMAs (the W8A8
+//                                    GEMV that quantizes x in its loop, gemv_w8a8.cu FP8D_CFG_INLINE)
 template <class P, bool kPrefetch>
 __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT][P::NT][4],
                                                  const Fp8dWeightStep<P::MT>& wt, const typename P::Half (&pre)[2],
@@ -209,7 +223,18 @@ __device__ __forceinline__ void fp8d_skinny_step(const P& p, float (&acc)[P::MT]
   float part[MT][NT][4];
   if constexpr (P::kPartial) fp8d_zero<MT * NT * 4>(&part[0][0][0]);
   float(&dst)[MT][NT][4] = P::kPartial ? part : acc;
-  if constexpr (kPrefetch) {
+  if constexpr (fp8d_quantizes_steps<P>(0)) {
+    typename P::Scales sc;
+    if constexpr (kPrefetch)
+      sc = pre_scales;
+    else
+      p.load_scales(sc, n0, L, s);
+    typename P::Half h[2];
+    p.quantize_step(h, sc, L);
+    p.half_mma(dst, wt, h[0], 0);
+    p.half_mma(dst, wt, h[1], 1);
+    p.finish(acc, part, sc);
+  } else if constexpr (kPrefetch) {
     p.half_mma(dst, wt, pre[0], 0);
     p.half_mma(dst, wt, pre[1], 1);
     if constexpr (P::kPartial) p.finish(acc, part, pre_scales);

@@ -30,6 +30,8 @@ def module_candidates(name: str, defines: tuple) -> str:
         family = "cuda.w8a16_gemv" if name == "gemv_w8a16.cu" else "cuda.w8a8_gemv"
         if d.get("FP8D_CFG_TILED"):  # the variants on decode tiles (kernels_cuda/_tiles.py)
             return family + "_tiles"
+        if d.get("FP8D_CFG_INLINE"):  # the W8A8 GEMV that quantizes x in its K loop (kernels_cuda/_w8a8_inline.py)
+            return "cuda.w8a8_gemv_inline"
         return "cuda.w8a8_gemv_fq" if d.get("FP8D_CFG_FQ") else family
     # the activation quantizer runs before both W8A8 GEMVs of two launches
     return {"act_quant.cu": "cuda.w8a8_gemv,cuda.w8a8_gemv_tiles", "dequant.cu": "cuda.dequant_cublas",

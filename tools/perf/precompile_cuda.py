@@ -40,6 +40,7 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
     from kernels_cuda._dequant_route import scale_cols_module
     from kernels_cuda._launch import act_quant_module, dequant_module, gemv_module
     from kernels_cuda._w8a8_fused import FQ_MAX_M, FqGemvConfig, fused_module
+    from kernels_cuda._w8a8_inline import INLINE_MAX_M, inline_module
     from kernels_cuda.configs import MAX_UNROLL, SMEM_RING_STEPS, GemvConfig
 
     out: list[tuple[str, str, tuple, str]] = []
@@ -65,6 +66,11 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
                 for g in ActGranularity:
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate)
                     out.append(("gemv", name, d, a))
+                    # the W8A8 GEMV that quantizes x in its K loop (kernels_cuda/_w8a8_inline.py), M = 1 and 2
+                    for mi in (mm for mm in range(1, INLINE_MAX_M + 1) if m == 1 and cfg.fits(mm)):
+                        for xdt in (torch.bfloat16, torch.float16):
+                            name, _, d = inline_module(ACTQ_CODE[g], mi, xdt, cfg, emulate)
+                            out.append(("gemv", name, d, a))
                     if cfg.smem_ring:
                         continue
                     name, _, d = gemv_module(True, ACTQ_CODE[g], 0, m, cfg, emulate, tiled=True)

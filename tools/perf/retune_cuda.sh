@@ -7,7 +7,7 @@
 # returned as $OUT/nvidia_h200_decode_tiles.yaml), TEST_PROCS (14), DQ_PERF=0 (skips step 6), DEQUANT=0 (skips step 2:
 # an edit that left the dequant kernel's images as they were, session 24).
 # 1. EVERY candidate on the decode keys (M = 1, 4, 16: where the CUDA GEMVs compete), old winners retried; the
-#    CUDA GEMVs with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
+#    CUDA GEMVs (the two-launch W8A8 and W8A16 ones and the W8A8 one that quantizes x in its loop) with GEMV_CONFIGS configs each (0, the default: every config, staged rings included), the others
 #    with DECODE_CONFIGS (2);
 # 2. cuda.dequant_cublas alone on its mxfp8 keys at M = 256..4096, DEQUANT_CONFIGS_N (4: all) of its configs (the
 #    other candidates there hash no CUDA source, so their old times still compare);
@@ -33,6 +33,7 @@ if [ "$STEP" != finish ]; then
   $AT --shapes baseline --m 1,4,16 --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --max-configs ${DECODE_CONFIGS:-2} \
     ${DECODE_ONLY:+--only "$DECODE_ONLY"} \
     --max-configs-for cuda.w8a16_gemv=${GEMV_CONFIGS:-0} cuda.w8a8_gemv=${GEMV_CONFIGS:-0} \
+    cuda.w8a8_gemv_inline=${GEMV_CONFIGS:-0} \
     --budget-s ${DECODE_BUDGET:-420} --table "$OUT/t_decode.yaml" --out "$OUT/at_decode" > "$OUT/at_decode.log" 2>&1
   echo "decode autotune rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/at_decode.log"
   if [ "$STEP" = decode ]; then
