@@ -35,8 +35,9 @@ from ._launch import _check_gemv, _kernel, _out_and_bias, device_arch, gemv_modu
 from .configs import GemvConfig
 
 # Every CTA quantizes all of x, so the work grows with M. Session 26 on the H200 (tools/perf/probe_inline_quant.py, 24
-# weights x M = 1, 2, 4 against the two-launch route in the same call): M = 1 0.88-1.22x its time, M = 2 0.83-1.29x,
-# M = 4 1.00-1.89x (1.15x or more in 23 of 24); 8 tokens with their chains interleaved spilled (16-124 bytes, sm_90).
+# weights a token count, its best config against the two-launch route in the same call): M = 1 0.91-1.22x the route's
+# time (median 1.005, faster in 11), M = 2 0.89-1.26x (faster in 8), M = 4 1.15-1.90x (slower in all 24); 8 tokens
+# with their chains interleaved spilled (16-124 bytes, sm_90).
 INLINE_MAX_M = 2
 X_DTYPES = (torch.bfloat16, torch.float16)  # 4 values = 8 bytes a lane (fp32 x: the two-launch route)
 

@@ -446,6 +446,17 @@ def _capture(fn):
     return graph, outs
 
 
+def _assert_replay_equals_eager(chain) -> None:
+    """A chain of launches captured in a CUDA graph (programmatic launches there) gives, replayed, exactly what its eager
+    calls give."""
+    eager = chain()
+    graph, outs = _capture(chain)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, eager):
+        assert torch.equal(a, b)
+
+
 def test_cuda_graph_capture_and_determinism(launch):
     qa = dispatch.quantize(_weight(4096, 4096, 1), Format.FP8_ROW, act="bf16")
     qb = dispatch.quantize(_weight(4096, 4096, 2), Format.FP8_BLOCK, act="fp8")
@@ -633,12 +644,7 @@ def test_one_launch_w8a8_in_a_graph_with_programmatic_launches(launch):
         y2 = fq.w8a8_gemv_fq(y1, qr)  # reads what the launch just before it wrote
         return [y1, y2, launch.w8a8_gemv(y2, qw)]
 
-    eager = chain()
-    graph, outs = _capture(chain)
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, b in zip(outs, eager):
-        assert torch.equal(a, b)
+    _assert_replay_equals_eager(chain)
 
 
 def test_one_launch_w8a8_refuses_what_it_cannot_serve(launch):
@@ -717,12 +723,7 @@ def test_inline_quant_w8a8_in_a_graph_with_programmatic_launches(launch):
         y2 = iq.w8a8_gemv_inline(y1, qr)  # reads what the launch just before it wrote (amax pass, then the loop)
         return [y1, y2, iq.w8a8_gemv_inline(y2, qw)]
 
-    eager = chain()
-    graph, outs = _capture(chain)
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, b in zip(outs, eager):
-        assert torch.equal(a, b)
+    _assert_replay_equals_eager(chain)
 
 
 def test_inline_quant_w8a8_refuses_what_it_cannot_serve(launch):

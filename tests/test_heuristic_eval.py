@@ -167,7 +167,9 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     miss (4096x14336 M = 4) is back within 15 %. Before the one-launch GEMV's entries stopped being lent to nearby shapes
     (Candidate.lent_to_nearby_shapes), the chain lent its 4096x4096 M = 1 wins to 4096x14336 and 8192x8192 (1.20x,
     1.25x): 276. Session 24 (the CUDA GEMVs' L2 prefetch hint; their decode keys re-tuned, one-row priors refit;
-    per-tensor `_scaled_mm`'s decode priors measured, for the no-CuPy replay below): 278 and 278.
+    per-tensor `_scaled_mm`'s decode priors measured, for the no-CuPy replay below): 278 and 278. Session 26 (the W8A8
+    GEMV that quantizes x in its K loop; its decode re-tune's measurement of every candidate that holds a decode key
+    overlaid on all 120 decode cells): 278 and 279.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
