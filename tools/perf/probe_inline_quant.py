@@ -43,6 +43,43 @@ def _gemv_only(x, xq, xs, qw, cfg):
     return y
 
 
+# The one-launch quantizers of decode sizes, whose CTA size _route_with_quant_block varies (per tensor above 64K elements
+# takes two passes: not varied).
+DECODE_QUANTIZERS = {"fp8d_act_quant_group", "fp8d_act_quant_token", "fp8d_act_quant_tensor_redundant"}
+
+
+def _route_with_quant_block(x, qw, cfg, threads: int):
+    """The two-launch route with the activation quantizer's CTAs of `threads` threads instead of act_quant_plan's
+    (1024 for per token at K >= 4096 and per tensor, 256 for groups): the same kernels and grids, so the same codes;
+    what changes is how much of an SM one quantizer CTA needs to start beside the resident GEMV CTAs."""
+    import torch
+
+    from kernels_cuda import _driver, _launch
+    from kernels_cuda._kinds import DTYPE_CODE
+
+    m, k = x.shape
+    g = qw.act_granularity
+    codes = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    shape = {"per_tensor": (), "per_token": (m, 1), "per_token_group_128": (m, -(-k // 128))}[g.value]
+    scales = torch.empty(shape, dtype=torch.float32, device=x.device)
+    name, defines = _launch.act_quant_module()
+    arch = _launch.device_arch(x.device.index or 0)
+    xk = DTYPE_CODE[x.dtype]
+    for entry, grid, block in _launch.act_quant_plan(m, k, g):
+        kern = _launch._kernel(name, entry, defines, x.device.index or 0, arch)
+        if entry == "fp8d_act_quant_group":  # one warp per (token, group): the grid grows as the CTAs shrink
+            grid = (-(-m * -(-k // 128) // (threads // 32)), 1, 1)
+            args = (_driver.ptr(x), xk, _driver.ptr(codes), _driver.ptr(scales), m, k)
+        elif entry == "fp8d_act_quant_token":
+            args = (_driver.ptr(x), xk, _driver.ptr(codes), _driver.ptr(scales), k)
+        elif entry == "fp8d_act_quant_tensor_redundant":
+            args = (_driver.ptr(x), xk, _driver.ptr(codes), _driver.ptr(scales), m * k)
+        else:
+            raise ValueError(f"{entry}: not one of DECODE_QUANTIZERS")
+        _driver.launch(kern, grid, (threads, 1, 1), args, pdl=_launch.pdl_allowed(arch))
+    return _gemv_only(x, codes, scales, qw, cfg)
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -55,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-configs", type=int, default=10, help="in-loop configs per cell (the candidate's order)")
     ap.add_argument("--inline-configs", default="", help="only these in-loop configs: warps x row tiles x unroll x "
                     "smem ring, comma-separated (e.g. 8x2x1x0,8x2x1x3)")
+    ap.add_argument("--quant-blocks", default="", help="also the route with the quantizer's CTAs of these sizes "
+                    "(threads, comma-separated, e.g. 128,256)")
     ap.add_argument("--gemv-only", action="store_true", help="also time the GEMV alone on pre-quantized codes")
     a = ap.parse_args(argv)
     probe = Probe(a, eager_iters=3)
@@ -64,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
         q, x = c.ws.copies, c.x
         cfg = probe.gemv_config(c.problem, "cuda.w8a8_gemv")
         variants = {"base": lambda i, cfg=cfg: _launch.w8a8_gemv(x, q[i], None, None, cfg)}
+        plan = [e for e, _, _ in _launch.act_quant_plan(c.m, c.k, q[0].act_granularity)]
+        for qb in (int(v) for v in a.quant_blocks.split(",") if v and set(plan) <= DECODE_QUANTIZERS):
+            variants[f"route_qb{qb}"] = lambda i, cfg=cfg, qb=qb: _route_with_quant_block(x, q[i], cfg, qb)
         if a.gemv_only:  # the GEMV alone on codes quantized once, outside the timing: what the quantizer costs
             xq, xs = _launch.quantize_activation(x, q[0].act_granularity)
             variants["gemv_only"] = lambda i, cfg=cfg, xq=xq, xs=xs: _gemv_only(x, xq, xs, q[i], cfg)
@@ -81,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         refs = {w: _launch.w8a8_gemv(x, q[0], None, None, GemvConfig(warps=w)) for w in (2, 4, 8)}
         same = {}
         for name, fn in variants.items():
-            warps = cfg.warps if name in ("base", "fq", "gemv_only") else int(name.split(":")[1].split("w")[0])
+            warps = cfg.warps if not name.startswith("il:") else int(name.split(":")[1].split("w")[0])
             same[name] = bool(torch.equal(refs[warps], fn(0)))
         e = probe.entries.get((c.fmt, c.act, c.n, c.k, c.problem.bucket))
         row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
@@ -110,11 +152,17 @@ def main(argv: list[str] | None = None) -> None:
               f"{u[best] / u['base']:.3f} | {tt} | {vt} | {u['bf16'] / u[best]:.2f} |")
     alone = [r for r in probe.rows if "gemv_only" in r["us"]]
     if alone:
-        print("\n| format | shape | M | route us | GEMV alone us | the quantizer's share us |\n|---|---|---|---|---|---|")
+        qbs = sorted({k for r in alone for k in r["us"] if k.startswith("route_qb")})
+        print("\n| format | shape | M | route us | GEMV alone us | the quantizer's share us |"
+              + "".join(f" {q} / route |" for q in qbs) + "\n|---|---|---|---|---|---|" + "---|" * len(qbs))
         for r in alone:
             u = r["us"]
             print(f"| {r['fmt']} | {r['n']}x{r['k']} | {r['m']} | {u['base']:.2f} | {u['gemv_only']:.2f} | "
-                  f"{u['base'] - u['gemv_only']:.2f} |")
+                  f"{u['base'] - u['gemv_only']:.2f} |" + "".join(f" {u[q] / u['base']:.3f} |" for q in qbs))
+        for q in qbs:
+            v = sorted(r["us"][q] / r["us"]["base"] for r in alone)
+            print(f"{q} / route: median {v[len(v) // 2]:.3f}, range {v[0]:.3f}-{v[-1]:.3f}, < 0.99x in "
+                  f"{sum(x < 0.99 for x in v)} of {len(v)}")
     v = sorted(ratios)
     if v:
         print(f"best in-loop / base: median {v[len(v) // 2]:.3f}, range {v[0]:.3f}-{v[-1]:.3f}, "
