@@ -31,7 +31,7 @@ from dispatch.formats import ActGranularity, QWeight
 from . import _driver
 from ._driver import ptr
 from ._kinds import ACTQ_CODE, DTYPE_CODE
-from ._launch import _check_gemv, _kernel, _out_and_bias, device_arch, gemv_module, pdl_allowed
+from ._launch import _aligned16, _check_gemv, _kernel, _out_and_bias, device_arch, gemv_module, pdl_allowed
 from .configs import GemvConfig
 
 # Every CTA quantizes all of x, so the work grows with M. Session 26 on the H200 (tools/perf/probe_inline_quant.py, 24
@@ -56,15 +56,8 @@ def scale_slots(m: int, g: ActGranularity) -> int:
 
 def smem_bytes(m: int, g: ActGranularity, cfg: GemvConfig) -> int:
     """The GEMV's layout (with its shared-memory weight ring, if any), then the scale slots (csrc/gemv_w8a8.cu
-    fp8d_w8a8_gemv_inline computes the same offset)."""
+    fp8d_w8a8_gemv_inline places them at Fp8dSmemLayout::end, the same sum)."""
     return cfg.smem_bytes(m) + 4 * scale_slots(m, g)
-
-
-def fits(cfg: GemvConfig, m: int) -> bool:
-    """The GEMV's register budget (GemvConfig.fits) holds the raw x of QT <= 2 tokens too: ptxas (NVRTC 13.0) compiled
-    every config it admits at M <= 2 without spills for sm_80, sm_89 and sm_90 (tests/test_cuda_compile.py); at 4
-    tokens a register ring of 4 spilled 16-24 bytes."""
-    return cfg.fits(m) and m <= INLINE_MAX_M
 
 
 def unsupported_reason(m: int, x_dtype: torch.dtype, cfg: GemvConfig) -> str | None:
@@ -74,7 +67,10 @@ def unsupported_reason(m: int, x_dtype: torch.dtype, cfg: GemvConfig) -> str | N
                 "quantizes all of x)")
     if x_dtype not in X_DTYPES:
         return f"activations of dtype {x_dtype}: the in-loop quantization reads bf16 or fp16 x"
-    if not fits(cfg, m):
+    # The GEMV's register budget holds the raw x of QT <= 2 tokens too: ptxas (NVRTC 13.0) compiled every config it
+    # admits at M <= 2 without spills for sm_80, sm_89 and sm_90 (tests/test_cuda_compile.py); at 4 tokens a register
+    # ring of 4 spilled 16-24 bytes.
+    if not cfg.fits(m):
         return f"{cfg} does not fit the register budget at M = {m} (with x's raw values)"
     return None
 
@@ -117,8 +113,7 @@ def w8a8_gemv_inline(x2d: torch.Tensor, qw: QWeight, bias: torch.Tensor | None =
     kernel, grid, block, smem, pdl = _spec(g, m, n, x2d.dtype, cfg, x2d.device.index or 0, arch, emulate_mma,
                                            force_sw_cvt)
     y, out_dtype = _out_and_bias(x2d, n, bias, out_dtype)
-    if x2d.data_ptr() % 16:  # the amax pass reads 16-byte vectors; a view at an odd offset gets a fresh allocation
-        x2d = x2d.clone()
+    x2d = _aligned16(x2d)  # the amax pass reads 16-byte vectors
     args = (ptr(qw.qdata), ptr(qw.scale), ptr(x2d), ptr(bias), ptr(y), m, n, k,
             DTYPE_CODE[bias.dtype] if bias is not None else 0, DTYPE_CODE[out_dtype])
     _driver.launch(kernel, grid, block, args, smem, pdl=pdl)

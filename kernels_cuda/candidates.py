@@ -213,7 +213,7 @@ class CudaW8A8GemvInline(CudaW8A8Gemv):
         return Support.no(reason) if reason else s
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        return [c for c in gemv_configs(problem, target) if _w8a8_inline.fits(c, problem.m)]
+        return [c for c in gemv_configs(problem, target) if c.fits(problem.m)]  # supports() bounds M
 
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
         ok = self.configs(problem, target)

@@ -282,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv_fq(
     int out_kind) {
   using P = W8A8GemvFq<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U>;
   extern __shared__ float fp8d_red[];
-  float* ss = Fp8dSmemLayout<FP8D_CFG_MT, FP8D_CFG_NT>::tok_scale(fp8d_red, blockDim.x >> 5) + 32;
+  float* ss = Fp8dSmemLayout<FP8D_CFG_MT, FP8D_CFG_NT>::end(fp8d_red, blockDim.x >> 5, 0, blockDim.x);
   uint8_t* sq = reinterpret_cast<uint8_t*>(ss + ((P::slots(M, K) + 3) & ~3));
   const P p{{ws, ss, M, N, K, sq}, x, x_kind, qpitch, sq, ss};
   fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
@@ -407,11 +407,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fp8d_w8a8_gemv_inline(
     const void* __restrict__ bias, void* __restrict__ y, int M, int N, int K, int bias_kind, int out_kind) {
   using P = W8A8GemvInline<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U, FP8D_CFG_QT>;
   extern __shared__ float fp8d_red[];
-  int off = (blockDim.x >> 5) * (FP8D_CFG_MT * FP8D_CFG_NT * 4) * 32 + 2 * (16 * FP8D_CFG_MT) + 32;
 #if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING
-  off = ((off + 3) & ~3) + FP8D_SMEM_RING * (4 * FP8D_CFG_MT) * 4 * (int)blockDim.x;  // uint4 slots, in floats
+  constexpr int kRing = FP8D_SMEM_RING;
+#else
+  constexpr int kRing = 0;
 #endif
-  float* ss = fp8d_red + off;
+  float* ss = Fp8dSmemLayout<FP8D_CFG_MT, FP8D_CFG_NT>::end(fp8d_red, blockDim.x >> 5, kRing, blockDim.x);
   const P p{{{ws, ss, M, N, K, nullptr}, x, FP8D_CFG_XKIND, 0, nullptr, ss}};
   fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
 }

@@ -135,7 +135,9 @@ __device__ __forceinline__ void fp8d_frag_coords(int f, int lane, int NT, int& r
 }
 
 // Shared memory of one CTA: the partials [warp][slot][lane] (conflict-free stores), then the tile's row
-// scales and bias, then the token scales. kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size.
+// scales and bias, then the 32 token scales; then (FP8D_SMEM_RING) the weight ring, 16-byte aligned: ring_steps
+// steps of 4 MT 16-byte chunks per thread. kernels_cuda/configs.py GemvConfig.smem_bytes mirrors this size; a
+// policy's own shared memory (the W8A8 GEMVs that quantize x themselves) starts at end().
 template <int MT, int NT>
 struct Fp8dSmemLayout {
   static constexpr int kSlots = MT * NT * 4;
@@ -143,6 +145,13 @@ struct Fp8dSmemLayout {
   __device__ static float* row_scale(float* base, int nwarps) { return base + nwarps * kSlots * 32; }
   __device__ static float* row_bias(float* base, int nwarps) { return row_scale(base, nwarps) + kRows; }
   __device__ static float* tok_scale(float* base, int nwarps) { return row_bias(base, nwarps) + kRows; }
+  __device__ static uint4* ring(float* base, int nwarps) {
+    return reinterpret_cast<uint4*>(base + ((nwarps * kSlots * 32 + 2 * kRows + 32 + 3) & ~3));
+  }
+  __device__ static float* end(float* base, int nwarps, int ring_steps, int nthr) {
+    return ring_steps ? reinterpret_cast<float*>(ring(base, nwarps) + ring_steps * 4 * MT * nthr)
+                      : tok_scale(base, nwarps) + 32;
+  }
 };
 
 // P::kPrologue if policy P defines it, else false. A function, not a trait struct: a trait's static member would
@@ -379,8 +388,7 @@ __device__ __forceinline__ void fp8d_skinny_gemv(const P& p, const uint8_t* __re
   typename P::Half half[NB][2];
   typename P::Scales scales[NB];
 #if defined(FP8D_SMEM_RING) && FP8D_SMEM_RING && FP8D_IS_CUDA
-  // The shared-memory ring starts after the reduction's layout (GemvConfig.smem_bytes, rounded up to 16 bytes).
-  uint4* smem_ring = reinterpret_cast<uint4*>(fp8d_red + ((nwarps * NSLOT * 32 + 2 * ROWS + 32 + 3) & ~3));
+  uint4* smem_ring = Smem::ring(fp8d_red, nwarps);  // after the reduction's layout, 16-byte aligned
   const int nthr = blockDim.x;
 #pragma unroll
   for (int d = 0; d < kRingS; ++d) {
