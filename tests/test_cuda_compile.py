@@ -905,3 +905,27 @@ def test_one_launch_w8a8_support_rules_and_shared_memory():
                      (ActGranularity.PER_TOKEN_GROUP_128, 3 * 9)]:
         assert fq.scale_slots(3, 1040, g) == slots
         assert fq.smem_bytes(3, 1040, g, cfg) == cfg.smem_bytes(3) + 4 * (-(-slots // 4) * 4) + 3 * fq.code_pitch(3, 1040)
+
+
+def test_quant_timeline_probe_kernels_compile(monkeypatch):
+    """tools/perf/probe_quant_timeline.py compiles its traced kernels (tools/perf/csrc/trace_w8a8.cu, the product's
+    act_quant.cu and gemv_w8a8.cu included) beside the product's sources: the module must build for sm_90 at the
+    route's M = 1 and 16 configs, hold the traced entries, and leave compiler.sources as it was outside the probe."""
+    compiler = _nvrtc_or_skip()
+    from kernels_cuda._launch import gemv_module
+    from kernels_cuda.configs import GemvConfig
+    from tools.perf import probe_quant_timeline as probe
+
+    real = compiler.sources
+    monkeypatch.setattr(compiler, "sources", probe.trace_sources(real))
+    for actq in (0, 1, 2):
+        for m, cfg in ((1, GemvConfig(8, 1, 4)), (16, GemvConfig(4, 1, 1, 3))):
+            _, _, d = gemv_module(True, actq, 0, m, cfg)
+            log = compiler.compile_module(probe.SOURCE, "sm_90", dict(d)).log
+            assert compiler.ptxas_resources(log).get("spill_bytes", 0) == 0
+            for entry in ("trace_w8a8_gemv", "trace_act_quant_tensor", "trace_act_quant_tensor_t1",
+                          "trace_act_quant_tensor_t2", "trace_act_quant_tensor_1rt", "fp8d_act_quant_group",
+                          "fp8d_w8a8_gemv"):
+                assert f"'{entry}'" in log, entry
+    monkeypatch.undo()
+    assert compiler.sources is real and probe.SOURCE not in compiler.sources()
