@@ -247,8 +247,12 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
                            "to other shapes")
             continue
         if cand is not None:
-            cfg = _config_for(cand, e, tier, idx, problem, target, exact=False)
             tuned_at = Problem(problem.fmt, problem.act, e.m_bucket, e.n, e.k, problem.x_dtype, problem.out_dtype)
+            why = cand.lending_refused(tuned_at, problem)
+            if why:
+                skipped.append(f"{_entry_ref(tier, idx, e)} (nearest, distance {d:.2f}): {why}")
+                continue
+            cfg = _config_for(cand, e, tier, idx, problem, target, exact=False)
             was = cand.grid_fill(tuned_at, cand.config_type.from_dict(dict(e.config)), target)
             here = cand.grid_fill(problem, cfg, target)
             if was is not None and here is not None and here < NEAREST_MIN_FILL_RATIO * was:

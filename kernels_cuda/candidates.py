@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dispatch.formats import Act, Format, QWeight, act_granularity
+from dispatch.formats import Act, ActGranularity, Format, QWeight, act_granularity
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
@@ -211,6 +211,17 @@ class CudaW8A8GemvInline(CudaW8A8Gemv):
             return s
         reason = _w8a8_inline.unsupported_reason(problem.m, problem.x_dtype, GemvConfig())
         return Support.no(reason) if reason else s
+
+    def lending_refused(self, tuned_at: Problem, problem: Problem) -> str | None:
+        # Per tensor and per token every CTA first reads all of x for the amax, in rounds of loads that each wait for
+        # the memory system the weight stream saturates (~1 us each on the H200, session 27's timeline probe): a longer
+        # K adds rounds that the tuned time did not pay. Session 27, W8A8 M = 1 on shapes in no table: where the chain
+        # lent these entries to a longer K, the two-launch GEMV was 1.06-1.17x faster (3 of 3 cells).
+        amax_pass = act_granularity(problem.fmt, problem.act) is not ActGranularity.PER_TOKEN_GROUP_128
+        if amax_pass and problem.k > tuned_at.k:
+            return (f"the in-loop GEMV's amax pass reads all of x per CTA: K = {problem.k} takes more rounds of loads "
+                    f"than the tuned K = {tuned_at.k}")
+        return None
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
         return [c for c in gemv_configs(problem, target) if c.fits(problem.m)]  # supports() bounds M

@@ -845,6 +845,21 @@ def test_inline_quant_w8a8_support_rules_and_shared_memory():
     assert "uint4* smem_ring = Smem::ring(fp8d_red, nwarps);" in driver
 
 
+def test_inline_quant_w8a8_entries_are_not_lent_to_a_longer_k():
+    """The fallback chain lends a tuned in-loop GEMV entry to a nearby untabled shape only where its amax pass (per
+    tensor / per token: all of x per CTA) is no longer than at the tuned K; 1x128 groups have no amax pass."""
+    from kernels_cuda.candidates import CudaW8A8GemvInline
+
+    c = CudaW8A8GemvInline()
+    for fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
+        tuned = Problem(fmt, Act.FP8, 1, 4096, 14336)
+        assert "amax pass" in c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 25600))
+        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 14336)) is None
+        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 2112, 7168)) is None
+    tuned = Problem(Format.FP8_BLOCK, Act.FP8, 1, 4096, 14336)
+    assert c.lending_refused(tuned, Problem(Format.FP8_BLOCK, Act.FP8, 1, 5120, 25600)) is None
+
+
 def test_inline_quant_w8a8_modules_compile_without_spills():
     """Every module cuda.w8a8_gemv_inline can ask for on the H200 (each format, M = 1 and 2, every config it offers,
     bf16 x) compiles for sm_90, sm_89 and sm_80 without local-memory spills, and the sm_90 module quantizes with the
@@ -927,5 +942,11 @@ def test_quant_timeline_probe_kernels_compile(monkeypatch):
                           "trace_act_quant_tensor_t2", "trace_act_quant_tensor_1rt", "fp8d_act_quant_group",
                           "fp8d_w8a8_gemv"):
                 assert f"'{entry}'" in log, entry
+            # the one-read quantizer with 1 or 2 slots fits its 1024-thread CTA beside a resident GEMV CTA (256 threads
+            # x 128 registers): at most 32 registers a thread, as the shipped per-tensor kernel
+            for slots in (1, 2):
+                entry = f"trace_act_quant_tensor_1rt_s{slots}"
+                regs = re.search(rf"entry function '{entry}'.*?Used (\d+) registers", log, re.S)
+                assert regs and int(regs.group(1)) <= 32, (entry, regs and regs.group(1))
     monkeypatch.undo()
     assert compiler.sources is real and probe.SOURCE not in compiler.sources()

@@ -19,7 +19,8 @@ The group and per-token quantizers run untraced (their bodies are kernels, not d
 in `between`. The traced kernels are the shipped ones plus a few stores; they are probes, not the product. For the
 one-launch per-tensor quantizer also: its programmatic trigger after its amax ("route_t1") or at its end
 ("route_t2") instead of at entry, and a variant that reads x once into registers, one CTA per register slot
-("route_1rt"; its codes and scale checked against the shipped quantizer's). Session 27's run:
+("route_1rt", 8 slots; "route_1rt_fit", the fewest slots that hold x, not run yet; codes and scale checked against the
+shipped quantizer's). Session 27's run:
 docs/perf/h200_s27_2026-12-01.md, section 4.
 
     python -m tools.perf.probe_quant_timeline [--m 1,4,16] [--formats fp8_tensor,fp8_block,fp8_row] [--out t.jsonl]
@@ -87,10 +88,12 @@ def main(argv: list[str] | None = None) -> None:
         traced_quant = [e for e, _, _ in plan] == ["fp8d_act_quant_tensor_redundant"]
 
         def quants_for(trigger):
+            slots = -(-(m * k // 8) // 1024)  # "1rt": one CTA per register slot of 16-byte vectors (trace_w8a8.cu)
+            fit = next(sl for sl in (1, 2, 4, 8) if sl >= slots)
             name = {0: "trace_act_quant_tensor", 1: "trace_act_quant_tensor_t1", 2: "trace_act_quant_tensor_t2",
-                    "1rt": "trace_act_quant_tensor_1rt"}[trigger]
-            if trigger == "1rt":  # one CTA per register slot of 16-byte vectors (see trace_w8a8.cu)
-                slots = -(-(m * k // 8) // 1024)
+                    "1rt": "trace_act_quant_tensor_1rt", "1rt_fit": "trace_act_quant_tensor_1rt"
+                    + ("" if fit == 8 else f"_s{fit}")}[trigger]
+            if trigger in ("1rt", "1rt_fit"):
                 return [(_launch._kernel(SOURCE, name, defines, dev, arch), (slots, 1, 1), (1024, 1, 1), name)]
             return [(_launch._kernel(SOURCE, name if traced_quant else e, defines, dev, arch), gr, bl, e)
                     for e, gr, bl in plan]
@@ -106,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         def gemv_call(i, xq, xs):
             y = torch.empty((m, n), dtype=x.dtype, device="cuda")
             qw = q[i % len(q)]
-            _driver.launch(gemv, geo_grid, block, (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), 0, ptr(y), m, n, k, 0,
-                                                   out_kind, ptr(tr_g[i])), smem, pdl=pdl)
+            args = (ptr(qw.qdata), ptr(qw.scale), ptr(xq), ptr(xs), 0, ptr(y), m, n, k, 0, out_kind, ptr(tr_g[i]))
+            _driver.launch(gemv, geo_grid, block, args, smem, pdl=pdl)
 
         def route_call(i, trigger=0):
             codes = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             scales = torch.empty(shape, dtype=torch.float32, device="cuda")
             partial = torch.empty((plan[0][1][0],), dtype=torch.float32, device="cuda")
             for kern, gr, bl, e in quants_for(trigger):
-                if traced_quant or trigger == "1rt":
+                if traced_quant or trigger in ("1rt", "1rt_fit"):
                     args = (ptr(x), xk, ptr(codes), ptr(scales), m * k, ptr(tr_q[i]))
                 elif e == "fp8d_act_quant_group":
                     args = (ptr(x), xk, ptr(codes), ptr(scales), m, k)
@@ -135,13 +138,17 @@ def main(argv: list[str] | None = None) -> None:
         if traced_quant:  # the per-tensor quantizer with its programmatic trigger later (see trace_w8a8.cu)
             chains += [("route_t1", lambda i: route_call(i, 1)), ("route_t2", lambda i: route_call(i, 2))]
         if one_rt:  # and with one round trip to x; its codes and scale checked against the shipped quantizer first
-            codes1 = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
-            scale1 = torch.empty((), dtype=torch.float32, device="cuda")
-            (kern, gr, bl, _), = quants_for("1rt")
-            _driver.launch(kern, gr, bl, (ptr(x), xk, ptr(codes1), ptr(scale1), m * k, ptr(tr_q[0])))
-            row["one_rt_same_codes"] = bool(torch.equal(codes1.view(torch.uint8), pre_q.view(torch.uint8))
-                                            and torch.equal(scale1, pre_s))
-            chains.append(("route_1rt", lambda i: route_call(i, "1rt")))
+            variants = ["1rt"] + (["1rt_fit"] if m * k // 8 <= 4 * 1024 else [])  # fit: the fewest slots that hold x
+            same = []
+            for v in variants:
+                codes1 = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
+                scale1 = torch.empty((), dtype=torch.float32, device="cuda")
+                (kern, gr, bl, _), = quants_for(v)
+                _driver.launch(kern, gr, bl, (ptr(x), xk, ptr(codes1), ptr(scale1), m * k, ptr(tr_q[0])))
+                same.append(bool(torch.equal(codes1.view(torch.uint8), pre_q.view(torch.uint8))
+                                 and torch.equal(scale1, pre_s)))
+                chains.append((f"route_{v}", lambda i, v=v: route_call(i, v)))
+            row["one_rt_same_codes"] = all(same)
         for name, call in chains:
             s = torch.cuda.Stream()
             with torch.cuda.stream(s):
@@ -156,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
                 graph.replay()
             torch.cuda.synchronize()
             G = [_stats(t.cpu(), ncta) for t in tr_g]
-            nqc = -(-(m * k // 8) // 1024) if name == "route_1rt" else nq
+            nqc = -(-(m * k // 8) // 1024) if name.startswith("route_1rt") else nq
             Q = [_stats(t.cpu(), nqc) for t in tr_q] if name.startswith("route") and traced_quant else None
             split = {"period": [], "between": [], "g_after_wait": [], "g_early": []}
             if Q:
@@ -189,10 +196,14 @@ def main(argv: list[str] | None = None) -> None:
           "same codes |\n|---|---|---|---|---|")
     for r in rows:
         if "route_1rt" in r:
-            print(f"| {r['fmt']} | {r['n']}x{r['k']} | {r['m']} | {r['route']['period']:.2f} ({r['route']['q_work']:.2f})"
-                  f" / {r['route_1rt']['period']:.2f} ({r['route_1rt']['q_work']:.2f}) | {r['one_rt_same_codes']} |")
+            fit = r.get("route_1rt_fit")
+            fit = f" / fitted slots {fit['period']:.2f} ({fit['q_work']:.2f})" if fit else ""
+            ro, one = r["route"], r["route_1rt"]
+            print(f"| {r['fmt']} | {r['n']}x{r['k']} | {r['m']} | {ro['period']:.2f} ({ro['q_work']:.2f}) / "
+                  f"{one['period']:.2f} ({one['q_work']:.2f}){fit} | {r['one_rt_same_codes']} |")
     print("\n| format | shape | M | quantizer | route period us | alone period | route between | alone between | "
-          "q_pass | q_work | q_to_g | route g_after_wait | alone g_after_wait | g_early (route) |\n" + "|---" * 14 + "|")
+          "q_pass | q_work | q_to_g | route g_after_wait | alone g_after_wait | g_early (route) |\n"
+          + "|---" * 14 + "|")
     for r in rows:
         ro, al = r["route"], r["alone"]
         qq = " | ".join(f"{ro[k]:.2f}" if k in ro else "-" for k in ("q_pass", "q_work", "q_to_g"))

@@ -57,16 +57,17 @@ FP8D_TRACE_QUANT(trace_act_quant_tensor, 0)
 FP8D_TRACE_QUANT(trace_act_quant_tensor_t1, 1)
 FP8D_TRACE_QUANT(trace_act_quant_tensor_t2, 2)
 
-// A per-tensor quantizer with ONE round trip to x: every CTA loads all of x at once (up to FP8D_TRACE_SLOTS 16-byte
-// vectors a thread, all in flight, kept in registers), reduces the amax, and CTA c quantizes the vectors of its
-// register slot c (the launch has one CTA per slot: ceil(vectors / threads)), so x is never read twice. The same
-// amax, scale and fp8d_quant_store_vec as act_quant.cu: the same codes (the probe checks). 16-byte aligned x, numel a
-// multiple of the values per vector (the probe's shapes).
-#define FP8D_TRACE_SLOTS 8
-extern "C" __global__ void __launch_bounds__(1024) trace_act_quant_tensor_1rt(const void* __restrict__ x, int x_kind,
-                                                                               uint8_t* __restrict__ codes,
-                                                                               float* __restrict__ scale, long long numel,
-                                                                               unsigned long long* __restrict__ tr) {
+// A per-tensor quantizer with ONE round trip to x: every CTA loads all of x at once (SLOTS 16-byte vectors a thread,
+// all in flight, kept in registers), reduces the amax, and CTA c quantizes the vectors of its register slot c (the
+// launch has one CTA per slot: ceil(vectors / threads) <= SLOTS), so x is never read twice. The same amax, scale and
+// fp8d_quant_store_vec as act_quant.cu: the same codes (the probe checks). 16-byte aligned x, numel a multiple of the
+// values per vector (the probe's shapes). Session 27 ran SLOTS = 8 at every M (trace_act_quant_tensor_1rt): faster at
+// M = 16, slower at M = 1, 4, where 8 slots of registers keep its 1024-thread CTA from fitting beside a resident GEMV
+// CTA; the _s1 / _s2 / _s4 instantiations (the probe takes the smallest that holds x) have not run yet.
+template <int SLOTS>
+__device__ __forceinline__ void trace_quant_tensor_1rt_body(const void* __restrict__ x, int x_kind,
+                                                            uint8_t* __restrict__ codes, float* __restrict__ scale,
+                                                            long long numel, unsigned long long* __restrict__ tr) {
   const unsigned long long t0 = fp8d_now();
   fp8d_allow_dependent_grid();
   fp8d_wait_prior_grid();
@@ -75,19 +76,19 @@ extern "C" __global__ void __launch_bounds__(1024) trace_act_quant_tensor_1rt(co
   const int per = x_kind == FP8D_DTYPE_F32 ? 4 : 8;
   const long long nvec = numel / per;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  uint4 v[FP8D_TRACE_SLOTS];
+  uint4 v[SLOTS];
   float amax = 0.0f;
 #pragma unroll
-  for (int r = 0; r < FP8D_TRACE_SLOTS; ++r) {
+  for (int r = 0; r < SLOTS; ++r) {
     const long long i = threadIdx.x + (long long)r * blockDim.x;
     v[r] = i < nvec ? fp8d_load128_keep(xv + i) : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
-  for (int r = 0; r < FP8D_TRACE_SLOTS; ++r) amax = fp8d_vec_absmax(v[r], x_kind, amax);
+  for (int r = 0; r < SLOTS; ++r) amax = fp8d_vec_absmax(v[r], x_kind, amax);
   const float s = fp8d_act_scale(fp8d_block_max(amax, sm));
   if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = s;
 #pragma unroll
-  for (int r = 0; r < FP8D_TRACE_SLOTS; ++r) {
+  for (int r = 0; r < SLOTS; ++r) {
     const long long i = threadIdx.x + (long long)r * blockDim.x;
     if (r == (int)blockIdx.x && i < nvec) fp8d_quant_store_vec(v[r], x_kind, codes, i, s);
   }
@@ -98,6 +99,17 @@ extern "C" __global__ void __launch_bounds__(1024) trace_act_quant_tensor_1rt(co
     tr[3 * blockIdx.x + 2] = fp8d_now();
   }
 }
+
+#define FP8D_TRACE_QUANT_1RT(NAME, SLOTS)                                                                          \
+  extern "C" __global__ void __launch_bounds__(1024) NAME(const void* __restrict__ x, int x_kind,                  \
+                                                          uint8_t* __restrict__ codes, float* __restrict__ scale,  \
+                                                          long long numel, unsigned long long* __restrict__ tr) {  \
+    trace_quant_tensor_1rt_body<SLOTS>(x, x_kind, codes, scale, numel, tr);                                         \
+  }
+FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt, 8)  // session 27's run
+FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt_s1, 1)
+FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt_s2, 2)
+FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt_s4, 4)
 
 // The two-launch route's GEMV (fp8d_w8a8_gemv), traced: a prologue stamps the time the CTA passed its wait.
 template <class Base>
