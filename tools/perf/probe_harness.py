@@ -111,6 +111,17 @@ class Probe:
         return self.timer.time(lambda i: torch.nn.functional.linear(cell.x, cell.bw[i]), len(cell.bw),
                                self.policy).best_us
 
+    def emit_cell(self, c: Cell, config: Any, variants: dict[str, Callable[[int], Any]], same: dict[str, bool],
+                  **extra: Any) -> dict:
+        """Time `variants` (and bf16 F.linear on the cell), record which of them gave their reference's bits (`same`),
+        and emit the cell's row (`extra` joins it); returns the row."""
+        row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": config.to_dict(),
+               "same_bits": all(same.values()), "differs": [n for n, ok in same.items() if not ok], **extra,
+               "us": self.time_variants(variants, c.ws.ncopies), "bytes": c.ws.copies[0].nbytes}
+        row["us"]["bf16"] = self.bf16_us(c)
+        self.emit(row)
+        return row
+
     def emit(self, row: dict, line: str | None = None) -> None:
         """Keep the row for the closing table, print it (or `line`), append it to --out."""
         self.rows.append(row)

@@ -126,12 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             warps = cfg.warps if not name.startswith("il:") else int(name.split(":")[1].split("w")[0])
             same[name] = bool(torch.equal(refs[warps], fn(0)))
         e = probe.entries.get((c.fmt, c.act, c.n, c.k, c.problem.bucket))
-        row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
-               "same_bits": all(same.values()), "differs": [n for n, ok in same.items() if not ok],
-               "table": {"impl": e.impl, "us": e.us} if e is not None else None,
-               "us": probe.time_variants(variants, c.ws.ncopies), "bytes": q[0].nbytes}
-        row["us"]["bf16"] = probe.bf16_us(c)
-        probe.emit(row)
+        probe.emit_cell(c, cfg, variants, same, table={"impl": e.impl, "us": e.us} if e is not None else None)
     print("\n| format | shape | M | same bits | base us | fq / base | best in-loop | in-loop / base | table pick (us) | "
           "in-loop / table | bf16 / in-loop |")
     print("|---" * 11 + "|")

@@ -65,11 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         ref = variants["base"](0)
         same = {n: bool(torch.equal(refs[int(n.split(":")[1].split("w")[0])] if n.startswith("r") else ref, v(0)))
                 for n, v in variants.items()}
-        row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
-               "same_bits": all(same.values()), "differs": [n for n, ok in same.items() if not ok],
-               "us": probe.time_variants(variants, c.ws.ncopies), "bytes": q[0].nbytes}
-        row["us"]["bf16"] = probe.bf16_us(c)
-        probe.emit(row)
+        probe.emit_cell(c, cfg, variants, same)
     print("\n| format/act | shape | M | config | same bits | base us | tiled / base | best ring | best ring / base | "
           "ring / tiled | bf16 / base |")
     print("|---" * 11 + "|")

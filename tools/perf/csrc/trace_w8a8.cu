@@ -13,6 +13,17 @@ __device__ __forceinline__ unsigned long long fp8d_now() {
   return t;
 }
 
+// The CTA's stamps, once all its threads are done: start t0, past the wait t1 (0: a prologue wrote it), and now.
+__device__ __forceinline__ void fp8d_trace_cta_end(unsigned long long* __restrict__ tr, unsigned long long t0,
+                                                   unsigned long long t1) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tr[3 * blockIdx.x] = t0;
+    if (t1) tr[3 * blockIdx.x + 1] = t1;
+    tr[3 * blockIdx.x + 2] = fp8d_now();
+  }
+}
+
 // act_quant.cu's one-launch per-tensor quantizer (fp8d_act_quant_tensor_redundant), traced, with its programmatic
 // trigger (griddepcontrol.launch_dependents) at TRIGGER: 0 at entry (the shipped kernel), 1 once the CTA has read x
 // and reduced its amax, 2 at the end. Why: a trigger at entry lets the next GEMV's CTAs start and flood the memory
@@ -40,11 +51,7 @@ __device__ __forceinline__ void trace_quant_tensor_body(const void* __restrict__
   fp8d_quantize_grid_share(amax, x, x_kind, codes, scale, numel);
   __syncthreads();
   if (TRIGGER == 2) fp8d_allow_dependent_grid();
-  if (threadIdx.x == 0) {
-    tr[3 * blockIdx.x] = t0;
-    tr[3 * blockIdx.x + 1] = t1;
-    tr[3 * blockIdx.x + 2] = fp8d_now();
-  }
+  fp8d_trace_cta_end(tr, t0, t1);
 }
 
 #define FP8D_TRACE_QUANT(NAME, TRIGGER)                                                                             \
@@ -92,12 +99,7 @@ __device__ __forceinline__ void trace_quant_tensor_1rt_body(const void* __restri
     const long long i = threadIdx.x + (long long)r * blockDim.x;
     if (r == (int)blockIdx.x && i < nvec) fp8d_quant_store_vec(v[r], x_kind, codes, i, s);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tr[3 * blockIdx.x] = t0;
-    tr[3 * blockIdx.x + 1] = t1;
-    tr[3 * blockIdx.x + 2] = fp8d_now();
-  }
+  fp8d_trace_cta_end(tr, t0, t1);
 }
 
 #define FP8D_TRACE_QUANT_1RT(NAME, SLOTS)                                                                          \
@@ -129,9 +131,5 @@ extern "C" __global__ void __launch_bounds__(256, 2) trace_w8a8_gemv(
   using P = Fp8dTraced<W8A8Gemv<FP8D_CFG_ACTQ, FP8D_CFG_NT, FP8D_CFG_MT, FP8D_CFG_U>>;
   const P p{{ws, xs, M, N, K, xq}, tr};
   fp8d_skinny_gemv(p, w, bias, y, M, N, K, bias_kind, out_kind);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tr[3 * blockIdx.x] = t0;
-    tr[3 * blockIdx.x + 2] = fp8d_now();
-  }
+  fp8d_trace_cta_end(tr, t0, 0);  // its prologue stamped the wait
 }
