@@ -10,10 +10,14 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
   cuda.w8a16_gemv_tiles, cuda.w8a8_gemv_tiles
                       the two GEMVs reading a weight's decode tiles (dispatch.add_decode_tiles; kernels_cuda/_tiles.py)
   cuda.dequant_cublas weight dequantization (fp8 -> bf16/fp16) then one cuBLAS GEMM, W8A16, M >= 256
+  cuda.w8a16_gemm_wgmma
+                      sm_90 W8A16 tensor-core GEMM (TMA, wgmma with the decoded weight as its register operand), fp8_row
+                      / fp8_tensor / mxfp8 with bf16 x, M > 32
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import torch
@@ -22,8 +26,9 @@ from dispatch.formats import Act, ActGranularity, Format, QWeight, act_granulari
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
 
-from . import _dequant_route, _launch, _tiles, _w8a8_fused, _w8a8_inline
+from . import _dequant_route, _launch, _tiles, _w8a8_fused, _w8a8_inline, _wgmma_gemm
 from ._w8a8_fused import FqGemvConfig
+from ._wgmma_gemm import WgmmaGemmConfig
 from .configs import MAX_M, DequantConfig, GemvConfig, default_gemv_config, fits_on_decode_tiles, gemv_configs
 
 # Read by dispatch.registry: the archs whose hardware ran these kernels. tests/test_cuda_kernels.py passed on an
@@ -342,6 +347,124 @@ class CudaDequantCublas(_CudaCandidate):
         return _dequant_route.linear(x2d, qw, bias, out_dtype, config)
 
 
+# The wgmma GEMM's space per M (session 28, tools/perf/probe_wgmma_gemm.py and the re-tune of the W8A16 keys on the
+# H200: the configs that won a cell, and their neighbours).
+_WGMMA_CONFIGS_M64 = (WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(64, 4, 4))
+_WGMMA_CONFIGS_M256 = (WgmmaGemmConfig(128, 1, 4), WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(256, 2, 4),
+                       WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(128, 4, 4))
+_WGMMA_CONFIGS_LARGE = (WgmmaGemmConfig(256, 2, 4), WgmmaGemmConfig(256, 2, 5), WgmmaGemmConfig(128, 2, 4),
+                        WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(128, 3, 5))
+# The wgmma GEMM's time model (its estimate_us and default config; session 28's re-tune journal, the 64 W8A16 cells at
+# M = 64..4096, every config): each CTA walks all of K in 64-deep steps, so a call takes waves x steps x the time of
+# one step, a step of a (bm, wgs) tile running at _WGMMA_TILE_EFF of the arch's bf16 rate per SM (about the median of
+# the many-wave cells; they spread +-10 %). Big tiles are the efficient ones (256 x 128: 0.90, 128 x 128: 0.70, 128 x 64:
+# 0.61); at M = 64 one warpgroup's four dependent k16 wgmmas take ~0.3 us a step whatever the tile (0.30), which is
+# why the Triton GEMM's split-K wins there. The default config is the model's fastest: wave quantization then picks
+# the tile (6144x4096 M = 1024: 256 x 128 tiles make 192 CTAs, 2 waves of 132 with the second half empty; 128 x 128
+# make 384, 3 waves, and measured 1.13x faster).
+_WGMMA_TILE_EFF = {(256, 2): 0.85, (128, 2): 0.72, (128, 3): 0.68, (128, 4): 0.70, (128, 1): 0.60, (64, 4): 0.50,
+                   (64, 2): 0.50, (64, 1): 0.30}
+# A grid of few waves runs its tiles faster than these many-wave medians (a CTA alone on its SM, less L2 traffic per
+# SM): tiles of 128 rows and more by up to ~20 % at one wave (5120x25600 M = 256, 80 tiles of 128 x 128: 0.87 of the
+# per-SM rate against 0.72 at 8-60 waves); one warpgroup alone on an SM does not (128 x 64 tiles: 0.57 at one wave), nor
+# do the 64-row tiles of M = 64 (their latency floor).
+_WGMMA_FEW_WAVES_GAIN = 0.2
+WGMMA_FIXED_US = 3.0
+
+
+# The nearest-shape lending rule's threshold (CudaW8A16GemmWgmma.lending_refused): any value in 0.6-0.85 gives the
+# same replays (session 28: untabled 16 cells, the baseline's 280 left out one shape at a time).
+WGMMA_LEND_MIN_RATE_RATIO = 0.8
+
+
+@functools.lru_cache(maxsize=1)
+def _sm90_ruler() -> Target:
+    """lending_refused has no target argument: the rates compare within one arch, so sm_90's numbers are the ruler
+    (built on first use: importing this module touches nothing)."""
+    return Target.simulated_for("sm_90")
+
+
+def _wgmma_mx_factor(m: int) -> float:
+    """mxfp8's steps are slower (the scale multiply, a scale load a step): its best time over fp8_row's in the same
+    run was 1.01-1.55x at M = 64 (median ~1.2), ~1.1x at 256, ~1.07x at 1024, ~1.06x at 4096."""
+    return 1.06 + 0.2 * 64 / max(m, 64)
+
+
+def _wgmma_us(cfg: WgmmaGemmConfig, problem: Problem, target: Target) -> float:
+    sms = max(target.sm_count, 1)
+    waves = -(-cfg.grid(problem.m, problem.n) // sms)
+    steps = -(-problem.k // _wgmma_gemm.BK)
+    gain = _WGMMA_FEW_WAVES_GAIN / waves if cfg.bm >= 128 and cfg.wgs >= 2 else 0.0
+    eff = _WGMMA_TILE_EFF.get((cfg.bm, cfg.wgs), 0.5) * (1.0 + gain)
+    rate = target.spec.bf16_tflops * 1e6 / sms * eff  # FLOP per us per SM
+    mx = _wgmma_mx_factor(problem.m) if problem.fmt is Format.MXFP8 else 1.0
+    return waves * steps * 2.0 * cfg.bm * cfg.bn * _wgmma_gemm.BK / rate * mx + WGMMA_FIXED_US
+
+
+class CudaW8A16GemmWgmma(_CudaCandidate):
+    """The sm_90 W8A16 tensor-core GEMM (csrc/gemm_w8a16_wgmma.cu): TMA fills a ring of x and code tiles, each
+    warpgroup decodes 64 weight rows into wgmma's register operand (two register sets, so one K step decodes while
+    the previous step's wgmmas run: what the Triton W8A16 GEMM cannot do), x is the shared-memory operand. Row / tensor
+    scales and the bias in the epilogue, MX scales on the decode; bf16 in, bf16 out."""
+
+    id = "cuda.w8a16_gemm_wgmma"
+    serves = frozenset({(Format.FP8_ROW, Act.BF16), (Format.FP8_TENSOR, Act.BF16), (Format.MXFP8, Act.BF16)})
+    config_type = WgmmaGemmConfig
+    # Its default config is the time model's pick for the shape (within 0.4 % of the autotuned config in all 64 cells
+    # of session 28's re-tune): a shape in no table gets that, not the nearest shape's config. No grid_fill either
+    # (the nearest step's fill check is about borrowed configs): the model counts the waves itself.
+    borrows_configs = False
+    source_files = ("kernels_cuda/csrc/portability.cuh", "kernels_cuda/csrc/fp8_common.cuh",
+                    "kernels_cuda/csrc/wgmma_sm90.cuh", "kernels_cuda/csrc/gemm_w8a16_wgmma.cu",
+                    "kernels_cuda/_wgmma_gemm.py", "kernels_cuda/_launch.py", "kernels_cuda/_driver.py",
+                    "kernels_cuda/compiler.py")
+
+    def supports(self, problem: Problem, target: Target) -> Support:
+        t = target_support(target)
+        if not t:
+            return t
+        if not target.has_wgmma:
+            return Support.no(f"{target.arch} has no wgmma (the kernel is sm_90a code)")
+        if problem.m <= MAX_M:
+            return Support.no(f"M = {problem.m} <= {MAX_M}: decode sizes are the GEMVs'")
+        if problem.x_dtype != torch.bfloat16 or problem.out_dtype != torch.bfloat16:
+            return Support.no(f"x {problem.x_dtype} -> {problem.out_dtype}: the wgmma GEMM takes bf16 and writes bf16")
+        why = _wgmma_gemm.k_unsupported_reason(problem.fmt, problem.k)
+        return Support.no(why) if why else Support.yes()
+
+    def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        if problem.m <= 64:
+            return list(_WGMMA_CONFIGS_M64)
+        return list(_WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE)
+
+    def default_config(self, problem: Problem, target: Target) -> KernelConfig:
+        """The config of the space the time model (_WGMMA_TILE_EFF) says is fastest."""
+        return min(self.configs(problem, target), key=lambda c: _wgmma_us(c, problem, target))
+
+    def estimate_us(self, problem: Problem, target: Target) -> float:
+        """The heuristic's estimate (dispatch.heuristic.estimate_us asks the candidate): the model's time of the
+        default config."""
+        return _wgmma_us(self.default_config(problem, target), problem, target)
+
+    def lending_refused(self, tuned_at: Problem, problem: Problem) -> str | None:
+        """Not lent where the time model says the kernel runs at much less of its rate than at the tuned shape: its win
+        there came with that rate. Session 28's untabled run: 2112x7168 at M = 4096 borrowed it from 4096x4096 and ran
+        1.22x the dequantize route (N = 2112 makes 2.1 waves of 256 x 128 tiles, 2.7 of 128 x 192); 5120x25600 at
+        M = 256 borrowed it from 4096x14336 at the same modelled rate and ran within 1 % of the autotuned best."""
+        target = _sm90_ruler()
+        here = problem.flops / self.estimate_us(problem, target)
+        was = tuned_at.flops / self.estimate_us(tuned_at, target)
+        if here < WGMMA_LEND_MIN_RATE_RATIO * was:
+            return (f"the wgmma GEMM's time model gives this shape {here / 1e6:.0f} TFLOP/s against {was / 1e6:.0f} at the "
+                    f"tuned shape (waves, tile efficiency): below {WGMMA_LEND_MIN_RATE_RATIO:.0%}")
+        return None
+
+    def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,
+            out_dtype: torch.dtype, config: KernelConfig) -> torch.Tensor:
+        qw.require(qw.format, Act.BF16)
+        return _wgmma_gemm.w8a16_wgmma_gemm(x2d, qw, bias, out_dtype, config)
+
+
 def candidates() -> list[Candidate]:
     return [CudaW8A16Gemv(), CudaW8A8Gemv(), CudaW8A8GemvFused(), CudaW8A8GemvInline(), CudaW8A16GemvTiles(),
-            CudaW8A8GemvTiles(), CudaDequantCublas()]
+            CudaW8A8GemvTiles(), CudaDequantCublas(), CudaW8A16GemmWgmma()]

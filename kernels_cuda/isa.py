@@ -14,6 +14,11 @@ no dearer than F2FP (which yields f16) plus an f16 -> bf16 step and keeps the bf
 
 The GEMV variants are the default ring depth at M = 1 and the deepest ring configs.py allows for each token
 x row tile pair (the register-budget boundary), so the no-spill check covers what autotune may pick.
+
+The W8A16 wgmma GEMM (csrc/gemm_w8a16_wgmma.cu) is sm_90a code: its sm_90 rows compile for sm_90a and read HGMMA,
+TMA loads (UTMALDG: no LDG on the operand path, so "widest load" shows the scale and bias loads), register hazards of
+its register operand (dispatch.isa.wgmma_register_hazards) and whether ptxas serialized its wgmmas (info C7513 /
+C7515); its sm_80 / sm_89 rows say the support predicate refuses them.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import subprocess
 from typing import Any
 
 from dispatch.errors import CompileError
-from dispatch.isa import IsaRow, main_loop_barriers
+from dispatch.isa import IsaRow, main_loop_barriers, wgmma_register_hazards
 from dispatch.problem import Problem
 from dispatch.target import Target
 from dispatch.formats import Act, Format
@@ -47,6 +52,7 @@ class Variant:
     problem: Problem | None  # what the support predicate is asked (None: helper kernel, always supported)
     candidate: str  # candidate id whose support predicate decides `supported`
     expect_hw_cvt: bool  # the kernel converts fp8 with F2FP on sm_89+ by design
+    sm90a_only: bool = False  # wgmma code: compiled for sm_90a on sm_90, not at all on older archs
 
 
 def _gemv16(scale: str, fmt: Format, xk: int, nt: int, m: int, mt: int = 1, u: int | None = None) -> Variant:
@@ -107,6 +113,15 @@ def variants() -> list[Variant]:
                                                                           "mx": 3}[s]),),
                          Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.dequant_cublas", True))
     from ._dequant_route import scale_cols_module  # noqa: PLC0415
+    from ._wgmma_gemm import WgmmaGemmConfig, module  # noqa: PLC0415
+
+    # the W8A16 wgmma GEMM: every scale layout at its default tile, and the largest-register tile (256 x 128, mx)
+    for s, f, cfg in (("row", Format.FP8_ROW, WgmmaGemmConfig(128, 2, 4)), ("tensor", Format.FP8_TENSOR,
+                      WgmmaGemmConfig(128, 2, 4)), ("mx", Format.MXFP8, WgmmaGemmConfig(128, 2, 4)),
+                      ("mx", Format.MXFP8, WgmmaGemmConfig(256, 2, 4)), ("row", Format.FP8_ROW, WgmmaGemmConfig(64, 4, 4))):
+        name, _, d = module(f, cfg)
+        v.append(Variant(f"w8a16_gemm_wgmma[{s},{cfg.bm}x{cfg.bn},s{cfg.stages}]", name, d,
+                         Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.w8a16_gemm_wgmma", False, sm90a_only=True))
 
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW)):
         name, _, d = scale_cols_module(f is Format.FP8_TENSOR)
@@ -213,8 +228,10 @@ def _supported(v: Variant, arch: str) -> bool:
 
 def row_for(v: Variant, arch: str) -> IsaRow:
     supported = _supported(v, arch)
+    if v.sm90a_only and arch != "sm_90":
+        return IsaRow("cuda", v.kernel, arch, supported, False, error="wgmma (sm_90a) code: not built for " + arch)
     try:
-        built = compiler.compile_module(v.source, arch, dict(v.defines))
+        built = compiler.compile_module(v.source, "sm_90a" if v.sm90a_only else arch, dict(v.defines))
         sass = sass_text(built.path)
         facts = SassFacts.of(_OPCODE_RE.findall(sass))
     except Exception as e:  # a failed compile is a row, never an exception out of the report
@@ -231,9 +248,16 @@ def row_for(v: Variant, arch: str) -> IsaRow:
         note += "; bf16 decode in software by design (cheaper than F2FP + f16->bf16)"
     if "QMMA" not in facts.mma and v.kernel.startswith("w8a8") and arch == "sm_90":
         note += "; sm_90 has no native mma.sync e4m3: ptxas lowers it to F2FP->f16 + HMMA"
+    hazards, serialized = 0, ""
+    if v.sm90a_only:
+        hazards = len(wgmma_register_hazards(sass))
+        m = re.search(r"\((C751\d)\) Potential Performance Loss: (.*?)(?: in the function|$)", built.log, re.M)
+        serialized = f"{m.group(1)}: {m.group(2)}" if m else ""
+        note += "; TMA operand loads (UTMALDG); bf16 decode in software into wgmma's register operand"
     return IsaRow("cuda", v.kernel, arch, supported, True, mma=facts.mma,
                   fp8_cvt="hw" if facts.hw_e4m3_cvt else "sw", widest_load_bits=facts.widest_load_bits,
-                  spills=spills, note=note, loop_barriers=main_loop_barriers(sass))
+                  spills=spills, note=note, loop_barriers=main_loop_barriers(sass), wgmma_hazards=hazards,
+                  wgmma_serialized=serialized)
 
 
 def isa_rows() -> list[IsaRow]:

@@ -1,0 +1,184 @@
+"""Launcher of the sm_90 W8A16 tensor-core GEMM (csrc/gemm_w8a16_wgmma.cu): bf16 x, e4m3 codes decoded into wgmma's
+register operand; per-tensor / per-row weight scales and the bias in the epilogue, MX scales on the decode.
+
+The kernel reads x and the codes through TMA: each launch passes two CUtensorMaps by value (built on the host with
+cuTensorMapEncodeTiled; the codes' map is cached per weight address and shape, x's is built per call, ~1 us of host
+time). A launch with such parameters goes through `_launch_with_params` (the GEMV launcher packs 8-byte slots only).
+
+Apart from _launch.py so that only this candidate hashes it (a change here leaves the GEMVs' tuned entries current).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import struct
+
+import torch
+
+from dispatch.errors import FormatError, UnsupportedError
+from dispatch.formats import Format, QWeight
+from dispatch.problem import KernelConfig
+
+from . import _driver
+from ._driver import ptr
+from ._kinds import DTYPE_CODE, SCALE_CODE
+from ._launch import _kernel, device_arch
+
+SOURCE, ENTRY = "gemm_w8a16_wgmma.cu", "fp8d_w8a16_wgmma"
+FORMATS = (Format.FP8_ROW, Format.FP8_TENSOR, Format.MXFP8)
+K_ALIGN = 16  # the tensor maps' row strides (codes: K bytes) must be multiples of 16 bytes
+MX_K_ALIGN = 64  # MX: each K step reads its two scale codes as one 16-bit load
+BK = 64  # K per pipeline step (the kernel's kBK)
+BAR_BYTES = 8  # one mbarrier per stage after the stages
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaGemmConfig(KernelConfig):
+    """bm: tokens per CTA (the wgmma N: 64, 128, 256); wgs: warpgroups per CTA, 64 weight rows each (1-4);
+    stages: depth of the shared-memory ring (>= 3: copies run two K steps ahead)."""
+
+    bm: int = 128
+    wgs: int = 2
+    stages: int = 4
+
+    def __post_init__(self) -> None:
+        if self.bm not in (64, 128, 256) or not 1 <= self.wgs <= 4 or not 3 <= self.stages <= 8:
+            raise ValueError(f"WgmmaGemmConfig needs bm in (64, 128, 256), wgs 1..4, stages 3..8; got {self}")
+
+    @property
+    def bn(self) -> int:
+        return 64 * self.wgs
+
+    @property
+    def smem(self) -> int:
+        return self.stages * (self.bm * BK * 2 + self.bn * BK + BAR_BYTES)
+
+    def grid(self, m: int, n: int) -> int:
+        return -(-m // self.bm) * -(-n // self.bn)
+
+
+def compile_arch(arch: str) -> str:
+    """wgmma exists only in the arch-specific sm_90a target."""
+    if arch != "sm_90":
+        raise UnsupportedError(f"the wgmma W8A16 GEMM runs on sm_90 only, not {arch}")
+    return "sm_90a"
+
+
+def module(fmt: Format, cfg: WgmmaGemmConfig) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+    d = {"FP8D_CFG_BM": cfg.bm, "FP8D_CFG_WGS": cfg.wgs, "FP8D_CFG_STAGES": cfg.stages,
+         "FP8D_CFG_SCALE": SCALE_CODE[fmt]}
+    return SOURCE, ENTRY, tuple(sorted(d.items()))
+
+
+def unsupported_reason(x: torch.Tensor, qw: QWeight, out_dtype: torch.dtype) -> str | None:
+    """Why this kernel cannot run (x, qw), or None."""
+    if qw.format not in FORMATS:
+        return f"the wgmma W8A16 GEMM applies {', '.join(f.value for f in FORMATS)} scales, not {qw.format.value}"
+    if x.dtype != torch.bfloat16 or out_dtype != torch.bfloat16:
+        return f"the wgmma W8A16 GEMM takes bf16 x and writes bf16, got x {x.dtype}, out {out_dtype}"
+    k = qw.shape[1]
+    return k_unsupported_reason(qw.format, k) or (
+        "the wgmma W8A16 GEMM needs 16-byte aligned codes (the tensor map's base)" if qw.qdata.data_ptr() % 16 else None)
+
+
+def k_unsupported_reason(fmt: Format, k: int) -> str | None:
+    if k % K_ALIGN:
+        return f"the wgmma W8A16 GEMM needs K % {K_ALIGN} == 0 (16-byte code rows for TMA), got K = {k}"
+    if fmt is Format.MXFP8 and k % MX_K_ALIGN:
+        return f"the wgmma W8A16 GEMM reads MX scales two groups a step: K % {MX_K_ALIGN} == 0, got K = {k}"
+    return None
+
+
+# cuda.h enums (CUDA 12 / 13)
+_TM_UINT8, _TM_UINT16 = 0, 1
+_TM_SWIZZLE_64B, _TM_SWIZZLE_128B = 2, 3
+_TM_L2_128B, _TM_L2_256B = 2, 3
+_TENSOR_MAP_BYTES = 128
+
+
+@functools.lru_cache(maxsize=1)
+def _encode_fn():
+    fn = _driver._libcuda().cuTensorMapEncodeTiled
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def tensor_map(addr: int, rows: int, cols: int, elem_bytes: int, box_rows: int, swizzle: int, l2: int) -> bytes:
+    """A 2-D row-major CUtensorMap: `rows` x `cols` elements of `elem_bytes`, boxes of `box_rows` x 64 elements
+    (one K step), out-of-range elements read as zero."""
+    buf = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + 64)
+    at = (ctypes.addressof(buf) + 63) // 64 * 64  # CUtensorMap is 64-byte aligned
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * elem_bytes)
+    box = (ctypes.c_uint32 * 2)(BK, box_rows)
+    one = (ctypes.c_uint32 * 2)(1, 1)
+    err = _encode_fn()(at, _TM_UINT8 if elem_bytes == 1 else _TM_UINT16, 2, addr, dims, strides, box, one, 0, swizzle,
+                       l2, 0)
+    if err:
+        raise UnsupportedError(f"cuTensorMapEncodeTiled failed with CUresult {err} (rows {rows}, cols {cols}, "
+                               f"box {box_rows} x {BK}, address {addr:#x})")
+    return ctypes.string_at(at, _TENSOR_MAP_BYTES)
+
+
+@functools.lru_cache(maxsize=4096)
+def _codes_map(addr: int, n: int, k: int, bn: int) -> bytes:
+    """The codes' map: depends only on the address and shape, so a cached map stays right for any weight there."""
+    return tensor_map(addr, n, k, 1, bn, _TM_SWIZZLE_64B, _TM_L2_256B)
+
+
+def _launch_with_params(kern: _driver.LoadedKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+                        params: list[bytes], smem: int) -> None:
+    """cuLaunchKernel with each parameter given as its bytes (the tensor maps are 128 bytes by value)."""
+    bufs = [ctypes.create_string_buffer(p, len(p)) for p in params]
+    arr = (ctypes.c_void_p * len(bufs))(*[ctypes.addressof(b) for b in bufs])
+    driver = _driver._api()
+    stream = _driver.current_stream(kern.device)
+    current = driver.ctxGetCurrent()
+    if current != kern.ctx:
+        driver.ctxSetCurrent(kern.ctx)
+    try:
+        driver.launchKernel(kern.fn_ptr, *grid, *block, smem, stream, ctypes.addressof(arr), 0)
+    finally:
+        if current != kern.ctx and current:
+            driver.ctxSetCurrent(current)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int) -> _driver.LoadedKernel:
+    name, entry, defines = module(fmt, cfg)
+    kern = _kernel(name, entry, defines, device, compile_arch(device_arch(device)))
+    _driver.allow_dynamic_smem(kern, cfg.smem)
+    return kern
+
+
+def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
+                     cfg: WgmmaGemmConfig) -> torch.Tensor:
+    """y = x @ (q * s)^T (+ bias) for 2-D contiguous bf16 x [M, K] and an fp8_row / fp8_tensor weight [N, K]."""
+    qw.require(qw.format)
+    if x.device.type != "cuda" or x.dim() != 2 or not x.is_contiguous():
+        raise FormatError("the wgmma W8A16 GEMM takes a contiguous 2-D CUDA x")
+    why = unsupported_reason(x, qw, out_dtype)
+    if why:
+        raise UnsupportedError(why)
+    x = x if x.data_ptr() % 16 == 0 else x.clone()  # a view at an odd offset: the tensor map needs a 16-byte base
+    m, k = x.shape
+    n = qw.shape[0]
+    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    if m == 0:
+        return y
+    dev = x.device.index or 0
+    kern = _spec(qw.format, cfg, dev)
+    bias_kind = -1 if bias is None else DTYPE_CODE[bias.dtype]
+    tmx = tensor_map(ptr(x), m, k, 2, cfg.bm, _TM_SWIZZLE_128B, _TM_L2_128B)
+    tmw = _codes_map(ptr(qw.qdata), n, k, cfg.bn)
+    q = lambda v: struct.pack("<Q", v)  # noqa: E731
+    i = lambda v: struct.pack("<i", v)  # noqa: E731
+    _launch_with_params(kern, (cfg.grid(m, n), 1, 1), (128 * cfg.wgs, 1, 1),
+                        [tmx, tmw, q(ptr(qw.scale)), q(ptr(bias)), i(bias_kind), q(ptr(y)), i(m), i(n), i(k)],
+                        cfg.smem)
+    return y

@@ -1,0 +1,271 @@
+// gemm_w8a16_wgmma.cu: the W8A16 tensor-core GEMM for sm_90, y = x @ (q * s)^T with bf16 x, e4m3 weight codes
+// decoded in registers, fp32 accumulation (cuda.w8a16_gemm_wgmma, M >= 64).
+//
+// Why a hand-written kernel: the Triton W8A16 GEMM's tensor pipe is busy ~half the time (session 10's profile). Each
+// K step waits for every wgmma before decoding the next step's weight codes, because Triton's PTX would otherwise
+// rewrite the registers of wgmmas still in flight. Here the weight is wgmma's register operand A and two register
+// sets alternate: the codes of step k are decoded while the wgmmas of step k - 1 run.
+//
+// Shape of the computation: D[n, m] = sum_k W[n, k] x[m, k]. A = the weight tile (64 rows a warpgroup, from
+// registers), B = the x tile (K-major in shared memory, read through a descriptor), so the instruction's N is the
+// CTA's token count BM (64, 128 or 256) and the weight never needs a transposed copy. CTA = WGS warpgroups
+// (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles two steps ahead (one thread
+// issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and the K tail are
+// zero-filled by TMA (never stored). With per-thread cp.async copies instead (session 28's second version), the copy
+// addressing alone was ~250 of ~335 instructions a warp issued per K step, and the warps' instruction stream, not the
+// tensor pipe, set the pace (53.9 % tensor-pipe utilization at M = 4096).
+//
+// Shared-memory layouts (set by the tensor maps' swizzle modes, kernels_cuda/_wgmma_gemm.py):
+//   x tile (per stage, 1024-byte aligned): 128-byte swizzle: row r (64 bf16 = 128 bytes) at r * 128, its 16-byte
+//     chunk c at chunk position c ^ (r % 8). The wgmma descriptor says the same (swizzle mode 128B, 8-row stride
+//     1024); the k16 sub-step kk starts 32 kk bytes into the row (the hardware applies the XOR). Without a swizzle
+//     (the "interleave" layout) the wgmma reads of 8-row groups 1024 bytes apart hit the same banks: session 28's
+//     first version ran at 0.26-0.63x of bf16.
+//   code tile: 64-byte swizzle: row r (64 codes) at r * 64, its chunk c at c ^ ((r / 2) % 4). The fragment loads
+//     below are then free of bank conflicts (without it, rows g and g + 2 share banks).
+// Scales: per tensor / per row in the epilogue (exact: linear); MX (e8m0 per 32 along K) on the decode's one bf16x2
+// multiply (fp8d_mx_decode_mul: code x 2^(c - 127) with one rounding, as the Triton W8A16 GEMM's prescale and the MX
+// GEMV), plus a second multiply for the rare scale codes above 134. A thread reads its two rows' two codes of step
+// kt + 2 while it decodes step kt (one 16-bit load a row; MX needs K % 64 == 0).
+// Needs K % 16 == 0 and 16-byte aligned x and codes (the tensor maps' global strides; checked by the launcher).
+#include "fp8_common.cuh"
+#include "wgmma_sm90.cuh"
+
+#if !defined(FP8D_CFG_BM) || !defined(FP8D_CFG_WGS) || !defined(FP8D_CFG_STAGES) || !defined(FP8D_CFG_SCALE)
+#error "compile through kernels_cuda._wgmma_gemm (it passes the config as -D)"
+#endif
+#if FP8D_CFG_SCALE != FP8D_SCALE_TENSOR && FP8D_CFG_SCALE != FP8D_SCALE_ROW && FP8D_CFG_SCALE != FP8D_SCALE_MX
+#error "the wgmma W8A16 GEMM applies per-tensor, per-row and MX weight scales"
+#endif
+#define FP8D_WG_MX (FP8D_CFG_SCALE == FP8D_SCALE_MX)
+
+namespace {
+constexpr int kBM = FP8D_CFG_BM;
+constexpr int kWGS = FP8D_CFG_WGS;
+constexpr int kStages = FP8D_CFG_STAGES;
+constexpr int kBN = 64 * kWGS;
+constexpr int kBK = 64;
+constexpr int kThreads = 128 * kWGS;
+constexpr int kXStage = kBM * kBK * 2;
+constexpr int kWStage = kBN * kBK;
+constexpr int kStage = kXStage + kWStage;
+constexpr int kOutRow = kBN + 8;  // bf16 elements per row of the epilogue's staging tile (16 bytes of padding)
+static_assert(kBM == 64 || kBM == 128 || kBM == 256, "wgmma N is 64, 128 or 256");
+static_assert(kWGS >= 1 && kWGS <= 4, "one to four warpgroups");
+static_assert(kStages >= 3, "copies run two steps ahead: three stages at least");
+static_assert(kBM * kOutRow * 2 <= kStages * kStage, "the epilogue's tile reuses the pipeline's shared memory");
+static_assert(kStage % 1024 == 0, "each stage's x tile must start 1024-byte aligned (the 128B swizzle pattern)");
+}  // namespace
+
+// A CUtensorMap (cuda.h), passed by value as a __grid_constant__ kernel parameter.
+struct alignas(64) Fp8dTensorMap {
+  unsigned long long v[16];
+};
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+
+__device__ __forceinline__ unsigned fp8d_smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Descriptor of a K-major, 128-byte-swizzled B tile at shared address `addr` (see the layout above): start address,
+// leading byte offset (unused by swizzled K-major layouts: 1), stride byte offset 1024, layout type 1 (128B swizzle).
+__device__ __forceinline__ unsigned long long fp8d_desc_kmajor_sw128(unsigned addr) {
+  return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((unsigned long long)(1024u >> 4) << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void fp8d_mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ bool fp8d_mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok != 0;
+}
+
+// Thread 0: the bulk copies of K tile `kt` into the stage at `stage`, completing on the mbarrier `bar`.
+__device__ __forceinline__ void fp8d_issue_stage(const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, unsigned stage,
+                                                 unsigned bar, int kt, int m0, int n0) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "n"(kStage) : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(stage), "l"(reinterpret_cast<unsigned long long>(&tmx)), "r"(kt * kBK), "r"(m0), "r"(bar)
+      : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(stage + kXStage), "l"(reinterpret_cast<unsigned long long>(&tmw)), "r"(kt * kBK), "r"(n0), "r"(bar)
+      : "memory");
+}
+
+// One K step: decode this step's codes into `a` (the set the wgmmas of the previous step do not read), issue the
+// four k16 wgmmas, and wait for the previous step's.
+__device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)[4][4], const unsigned char* smem,
+                                            unsigned sbase, unsigned bars, int kt, int k_tiles,
+                                            const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, int m0, int n0,
+                                            const int (&woff)[4], unsigned sel, unsigned (&mx)[2],
+                                            const unsigned short* mx_row0, const unsigned short* mx_row1) {
+  __syncthreads();  // every warp is past the wgmmas of step kt - 2: their stage may be refilled
+  if (threadIdx.x == 0 && kt + kStages - 2 < k_tiles) {
+    const int s2 = (kt + kStages - 2) % kStages;
+    fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt + kStages - 2, m0, n0);
+  }
+  const int s = kt % kStages;
+  while (!fp8d_mbar_try_wait(bars + 8 * s, (kt / kStages) & 1)) {
+  }
+  const unsigned xs = sbase + s * kStage;
+  const unsigned char* wtile = smem + s * kStage + kXStage;
+#if FP8D_WG_MX
+  unsigned mul[2][2];  // [row h][group]: 2^(c - 7) as bf16x2 (fp8d_mx_decode_mul)
+  bool big = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const unsigned c = (mx[h] >> (8 * q)) & 0xffu;
+      mul[h][q] = fp8d_mx_decode_mul(c);
+      big |= c > FP8D_MX_FOLD_MAX && c != 0xffu;
+    }
+#endif
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+      const unsigned* p = reinterpret_cast<const unsigned*>(wtile + woff[kk] + h * 8 * kBK);
+#if FP8D_WG_MX
+      fp8d_decode4_bf16x2_fast(__byte_perm(p[0], p[2], sel), a[kk][h], a[kk][2 + h], mul[h][kk >> 1]);
+#else
+      fp8d_decode4_bf16x2_fast(__byte_perm(p[0], p[2], sel), a[kk][h], a[kk][2 + h]);
+#endif
+    }
+  }
+#if FP8D_WG_MX
+  if (__any_sync(0xffffffffu, big)) {  // scales above 2^7: the rest of 2^(c - 127) (real checkpoints have none)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned r = fp8d_mx_rest_mul((mx[h] >> (8 * (kk >> 1))) & 0xffu);
+        a[kk][h] = fp8d_bf16x2_fma(a[kk][h], r, 0x80008000u);
+        a[kk][2 + h] = fp8d_bf16x2_fma(a[kk][2 + h], r, 0x80008000u);
+      }
+  }
+  // The codes of step kt + 2 (this set's next use): a load in flight for two steps (clamped at the last step).
+  const int kn = min(kt + 2, k_tiles - 1);
+  mx[0] = mx_row0[kn];
+  mx[1] = mx_row1[kn];
+#endif
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) fp8d_reg_fence(a[kk][j]);
+#pragma unroll
+  for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+  fp8d_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) fp8d_wgmma_bf16_rs<kBM>(acc, a[kk], fp8d_desc_kmajor_sw128(xs + kk * 32));
+  fp8d_wgmma_commit();
+#pragma unroll
+  for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+  fp8d_wgmma_wait<1>();
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    fp8d_w8a16_wgmma(const __grid_constant__ Fp8dTensorMap tmx, const __grid_constant__ Fp8dTensorMap tmw,
+                     const void* __restrict__ scale, const void* __restrict__ bias, int bias_kind,
+                     unsigned short* __restrict__ y, int M, int N, int K) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const unsigned sbase = fp8d_smem_u32(smem), bars = sbase + kStages * kStage;
+  // Tokens fastest: the CTAs in flight share few weight tiles (each read from HBM once, by every M tile from L2).
+  const int m_tiles = (M + kBM - 1) / kBM;
+  const int m0 = (blockIdx.x % m_tiles) * kBM, n0 = (blockIdx.x / m_tiles) * kBN;
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) fp8d_mbar_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  fp8d_wait_prior_grid();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages - 2 && s < k_tiles; ++s) fp8d_issue_stage(tmx, tmw, sbase + s * kStage, bars + 8 * s, s, m0, n0);
+  }
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int frag_row = (warp >> 2) * 64 + (warp & 3) * 16 + g;  // warpgroup, warp within it, lane group
+  // Codes 2t, 2t + 1 and 8 + 2t, 9 + 2t of the 16-byte chunk kk (the A fragment's k columns) are in the words at
+  // bytes 4 (t / 2) and 8 + 4 (t / 2); one byte_perm picks the halves. woff[kk]: the first word's offset in the code
+  // tile, through the 64-byte swizzle (rows g and g + 8 share its phase).
+  int woff[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) woff[kk] = frag_row * kBK + ((kk ^ ((frag_row >> 1) & 3)) << 4) + 4 * (t >> 1);
+  const unsigned sel = (t & 1) ? 0x7632u : 0x5410u;
+
+  float acc[kBM / 2];
+#pragma unroll
+  for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.f;
+  unsigned a0[4][4], a1[4][4];
+  // MX: this thread's rows' scale codes as 16-bit pairs (the two groups of one K step), for even and odd steps.
+  unsigned mx0[2] = {0u, 0u}, mx1[2] = {0u, 0u};
+  // 16-bit pairs per scale row: K / 64 (MX needs K % 64 == 0); rows past N read row N - 1 (never stored).
+  const unsigned short* mx_row0 =
+      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row, N - 1) * (K / 64);
+  const unsigned short* mx_row1 =
+      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row + 8, N - 1) * (K / 64);
+#if FP8D_WG_MX
+  mx0[0] = mx_row0[0];
+  mx0[1] = mx_row1[0];
+  mx1[0] = mx_row0[min(1, k_tiles - 1)];
+  mx1[1] = mx_row1[min(1, k_tiles - 1)];
+#endif
+  // Pairs of steps, then an odd last one: on every path a step writes the set the wgmmas in flight do not read
+  // (a loop with a conditional second step would have a path that rewrites a0 under its own wgmmas, and ptxas then
+  // serializes every wgmma: C7513).
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+    fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0, mx_row1);
+  }
+  if (kt < k_tiles) fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+  fp8d_wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+  __syncthreads();  // every warp is done with the pipeline's shared memory: the staging tile reuses it
+  fp8d_allow_dependent_grid();
+
+  // Epilogue: scale (and bias) per weight row, bf16, staged as [token][weight row] for 16-byte stores.
+  unsigned short* out = reinterpret_cast<unsigned short*>(smem);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int nl = frag_row + 8 * h, n = min(n0 + nl, N - 1);
+    const float* sw = reinterpret_cast<const float*>(scale);
+    const float s = FP8D_CFG_SCALE == FP8D_SCALE_ROW ? sw[n] : (FP8D_WG_MX ? 1.f : sw[0]);
+    const float b = bias_kind >= 0 ? fp8d_load_as_f32(bias, n, bias_kind) : 0.f;
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int ml = 8 * j + 2 * t + q;
+        out[ml * kOutRow + nl] = fp8d_f32_to_bf16_bits(fmaf(acc[4 * j + 2 * h + q], s, b));
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kChunks = kBN / 8;  // 16-byte chunks of one token's row
+  const bool vec = (N % 8) == 0;
+  for (int i = threadIdx.x; i < kBM * kChunks; i += kThreads) {
+    const int ml = i / kChunks, c = i % kChunks, m = m0 + ml, n = n0 + c * 8;
+    if (m >= M || n >= N) continue;
+    const unsigned short* src = out + ml * kOutRow + c * 8;
+    unsigned short* dst = y + (long long)m * N + n;
+    if (vec) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8 && n + e < N; ++e) dst[e] = src[e];
+    }
+  }
+}
+
+#endif
