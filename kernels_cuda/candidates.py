@@ -354,6 +354,14 @@ _WGMMA_CONFIGS_M256 = (WgmmaGemmConfig(128, 1, 4), WgmmaGemmConfig(128, 2, 4), W
                        WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(128, 4, 4))
 _WGMMA_CONFIGS_LARGE = (WgmmaGemmConfig(256, 2, 4), WgmmaGemmConfig(256, 2, 5), WgmmaGemmConfig(128, 2, 4),
                         WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(128, 3, 5))
+def wgmma_configs() -> list[WgmmaGemmConfig]:
+    """Every config of the wgmma GEMM's spaces (what tools/perf/precompile_cuda.py compiles and the tests check)."""
+    out: list[WgmmaGemmConfig] = []
+    for space in (_WGMMA_CONFIGS_M64, _WGMMA_CONFIGS_M256, _WGMMA_CONFIGS_LARGE):
+        out += [c for c in space if c not in out]
+    return out
+
+
 # The wgmma GEMM's time model (its estimate_us and default config; session 28's re-tune journal, the 64 W8A16 cells at
 # M = 64..4096, every config): each CTA walks all of K in 64-deep steps, so a call takes waves x steps x the time of
 # one step, a step of a (bm, wgs) tile running at _WGMMA_TILE_EFF of the arch's bf16 rate per SM (about the median of

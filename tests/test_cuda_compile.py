@@ -772,8 +772,16 @@ def test_precompile_fills_the_cache_the_launchers_read(tmp_path, monkeypatch):
     from tools.perf import precompile_cuda as pc
 
     items = pc.variants("sm_90", ("native",))
-    assert {i[0] for i in items} == {"gemv", "act_quant", "dequant", "scale_cols"} and len(items) > 100
-    assert all(i[3] == "sm_90" for i in items)
+    assert {i[0] for i in items} == {"gemv", "act_quant", "dequant", "scale_cols", "wgmma_gemm"} and len(items) > 100
+    assert all(i[3] == ("sm_90a" if i[0] == "wgmma_gemm" else "sm_90") for i in items)
+    # the wgmma GEMM's launcher compiles module(fmt, cfg) for compile_arch("sm_90"): every config of its spaces is listed
+    from kernels_cuda import _wgmma_gemm
+    from kernels_cuda.candidates import wgmma_configs
+
+    wg = {(i[1], i[2]) for i in items if i[0] == "wgmma_gemm"}
+    assert all(_wgmma_gemm.module(f, c)[::2] in wg for f in _wgmma_gemm.FORMATS for c in wgmma_configs())
+    assert not [i for i in pc.variants("sm_89", ("native",)) if i[0] == "wgmma_gemm"]
+    items = [i for i in items if i[0] != "wgmma_gemm"]
     cfg = GemvConfig(8, 1, 2)
     w16 = _launch.gemv_module(False, SCALE_CODE[Format.FP8_ROW], DTYPE_CODE[torch.bfloat16], 1, cfg)
     w8 = _launch.gemv_module(True, ACTQ_CODE[ActGranularity.PER_TOKEN], 0, 1, cfg)

@@ -17,17 +17,15 @@ from dispatch import reference
 from dispatch.formats import Act, Format
 from dispatch.problem import Problem
 from dispatch.target import Target
+from test_cuda_kernels import _weight  # row- and column-varied magnitudes, so scale indexing bugs show
 
 FORMATS = (Format.FP8_ROW, Format.FP8_TENSOR, Format.MXFP8)
 
 
 def _all_configs():
-    from kernels_cuda import candidates as c
+    from kernels_cuda.candidates import wgmma_configs
 
-    seen = []
-    for space in (c._WGMMA_CONFIGS_M64, c._WGMMA_CONFIGS_M256, c._WGMMA_CONFIGS_LARGE):
-        seen += [cfg for cfg in space if cfg not in seen]
-    return seen
+    return wgmma_configs()
 
 
 # --- CPU ---------------------------------------------------------------------------------------------------------
@@ -157,14 +155,6 @@ def gemm():
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma GEMM is sm_90 code")
     return _wgmma_gemm
-
-
-def _weight(n: int, k: int, seed: int) -> torch.Tensor:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    w = torch.randn(n, k, device="cuda", generator=g)
-    rows = torch.exp2(torch.randint(-6, 7, (n, 1), device="cuda", generator=g).float())
-    cols = torch.exp2(torch.randint(-3, 4, (1, k), device="cuda", generator=g).float())
-    return (w * rows * cols * 0.02).contiguous()
 
 
 def _x(m: int, k: int, seed: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ TOKEN_TILE_MS = (1, 9, 17)
 def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, tuple, str]]:
     """(kind, source, defines, arch) work items: every GEMV module (family x scale layout x x dtype x token tiles x
     row tiles x register ring that fits), the activation-quantizer module and the dequant modules (one per
-    scale layout), on each path."""
+    scale layout), on each path; on sm_90's native path the W8A16 wgmma GEMM's (sm_90a) modules."""
     import torch
 
     from dispatch.formats import ActGranularity, Format
@@ -88,6 +88,14 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
             for per_tensor in (False, True):
                 name, _, d = scale_cols_module(per_tensor)
                 out.append(("scale_cols", name, d, a))
+        if path == "native" and arch == "sm_90":  # the W8A16 wgmma GEMM: sm_90a code, every config of its spaces
+            from kernels_cuda import _wgmma_gemm
+            from kernels_cuda.candidates import wgmma_configs
+
+            for fmt in _wgmma_gemm.FORMATS:
+                for cfg in wgmma_configs():
+                    name, _, d = _wgmma_gemm.module(fmt, cfg)
+                    out.append(("wgmma_gemm", name, d, _wgmma_gemm.compile_arch(arch)))
     return out
 
 
