@@ -229,7 +229,7 @@ def _supported(v: Variant, arch: str) -> bool:
 def row_for(v: Variant, arch: str) -> IsaRow:
     supported = _supported(v, arch)
     if v.sm90a_only and arch != "sm_90":
-        return IsaRow("cuda", v.kernel, arch, supported, False, error="wgmma (sm_90a) code: not built for " + arch)
+        return IsaRow("cuda", v.kernel, arch, supported, False, error="sm_90a code (wgmma): not built for " + arch)
     try:
         built = compiler.compile_module(v.source, "sm_90a" if v.sm90a_only else arch, dict(v.defines))
         sass = sass_text(built.path)
@@ -254,7 +254,8 @@ def row_for(v: Variant, arch: str) -> IsaRow:
         m = re.search(r"\((C751\d)\) Potential Performance Loss: (.*?)(?: in the function|$)", built.log, re.M)
         serialized = f"{m.group(1)}: {m.group(2)}" if m else ""
         note += "; TMA operand loads (UTMALDG); bf16 decode in software into wgmma's register operand"
-    return IsaRow("cuda", v.kernel, arch, supported, True, mma=facts.mma,
+    mma = f"wgmma bf16 ({facts.mma})" if v.sm90a_only else facts.mma  # the report's wgmma columns key on "wgmma"
+    return IsaRow("cuda", v.kernel, arch, supported, True, mma=mma,
                   fp8_cvt="hw" if facts.hw_e4m3_cvt else "sw", widest_load_bits=facts.widest_load_bits,
                   spills=spills, note=note, loop_barriers=main_loop_barriers(sass), wgmma_hazards=hazards,
                   wgmma_serialized=serialized)

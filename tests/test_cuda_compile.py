@@ -73,7 +73,7 @@ def test_wgmma_gemm_rows_have_no_register_hazards_nor_serialized_wgmmas(rows):
     wg = [r for r in rows if r.kernel.startswith(WGMMA) and r.compiled]
     assert wg
     for r in wg:
-        assert r.mma.startswith("HGMMA") and r.wgmma_hazards == 0 and not r.wgmma_serialized, r
+        assert r.mma.startswith("wgmma bf16 (HGMMA") and r.wgmma_hazards == 0 and not r.wgmma_serialized, r
 
 
 def test_no_spills(rows):
@@ -109,7 +109,7 @@ def test_mma_instructions(rows):
             want = {"sm_80": "HMMA.16816.F32.BF16", "sm_89": "QMMA.16832.F32.E4M3.E4M3", "sm_90": "HMMA.16816.F32"}
             assert r.mma == want[r.target], (r.kernel, r.target, r.mma)
         elif r.kernel.startswith(WGMMA):
-            assert not r.compiled or r.mma.startswith("HGMMA"), (r.kernel, r.target, r.mma)
+            assert not r.compiled or r.mma.startswith("wgmma bf16 (HGMMA"), (r.kernel, r.target, r.mma)
         elif r.kernel.startswith("w8a16"):
             assert r.mma.startswith("HMMA.16816.F32"), (r.kernel, r.target, r.mma)
 
