@@ -1,5 +1,5 @@
 // gemm_w8a16_wgmma.cu: the W8A16 tensor-core GEMM for sm_90, y = x @ (q * s)^T with bf16 x, e4m3 weight codes
-// decoded in registers, fp32 accumulation (cuda.w8a16_gemm_wgmma, M >= 64).
+// decoded in registers, fp32 accumulation (cuda.w8a16_gemm_wgmma serves M > 32; the kernel itself takes any M).
 //
 // Why a hand-written kernel: the Triton W8A16 GEMM's tensor pipe is busy ~half the time (session 10's profile). Each
 // K step waits for every wgmma before decoding the next step's weight codes, because Triton's PTX would otherwise
