@@ -2,8 +2,9 @@
 register operand; per-tensor / per-row weight scales and the bias in the epilogue, MX scales on the decode.
 
 The kernel reads x and the codes through TMA: each launch passes two CUtensorMaps by value (built on the host with
-cuTensorMapEncodeTiled; the codes' map is cached per weight address and shape, x's is built per call, ~1 us of host
-time). A launch with such parameters goes through `_launch_with_params` (the GEMV launcher packs 8-byte slots only).
+cuTensorMapEncodeTiled; the codes' map is cached per weight address and shape, x's is built per call: host time not
+measured, and not paid under CUDA-graph replay). A launch with such parameters goes through `_launch_with_params` (the
+GEMV launcher packs 8-byte slots only).
 
 Apart from _launch.py so that only this candidate hashes it (a change here leaves the GEMVs' tuned entries current).
 """
