@@ -164,7 +164,7 @@ class Candidate(abc.ABC):
         config (the fallback chain's hand-over; a table tuned on tiles needs no such rule)."""
         return True
 
-    def lending_refused(self, tuned_at: Problem, problem: Problem) -> str | None:
+    def lending_refused(self, tuned_at: Problem, problem: Problem, target: Target) -> str | None:
         """Why an entry of this candidate tuned at `tuned_at` says nothing of `problem` (a nearby shape in no table),
         or None: the fallback chain then does not lend it (dispatch.select's nearest step). For a kernel whose cost
         grows with the shape in a way its tuned time did not see."""

@@ -248,7 +248,7 @@ def select(problem: Problem, target: Target, tables: TableSet = EMPTY, candidate
             continue
         if cand is not None:
             tuned_at = Problem(problem.fmt, problem.act, e.m_bucket, e.n, e.k, problem.x_dtype, problem.out_dtype)
-            why = cand.lending_refused(tuned_at, problem)
+            why = cand.lending_refused(tuned_at, problem, target)
             if why:
                 skipped.append(f"{_entry_ref(tier, idx, e)} (nearest, distance {d:.2f}): {why}")
                 continue

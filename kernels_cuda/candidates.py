@@ -17,7 +17,6 @@ whether CuPy + NVRTC + a CUDA GPU are usable, with the reason when not.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import torch
@@ -217,7 +216,7 @@ class CudaW8A8GemvInline(CudaW8A8Gemv):
         reason = _w8a8_inline.unsupported_reason(problem.m, problem.x_dtype, GemvConfig())
         return Support.no(reason) if reason else s
 
-    def lending_refused(self, tuned_at: Problem, problem: Problem) -> str | None:
+    def lending_refused(self, tuned_at: Problem, problem: Problem, target: Target) -> str | None:
         # Per tensor and per token every CTA first reads all of x for the amax, in rounds of loads that each wait for
         # the memory system the weight stream saturates (~1 us each on the H200, session 27's timeline probe): a longer
         # K adds rounds that the tuned time did not pay. Session 27, W8A8 M = 1 on shapes in no table: where the chain
@@ -388,13 +387,6 @@ WGMMA_FIXED_US = 3.0
 WGMMA_LEND_MIN_RATE_RATIO = 0.8
 
 
-@functools.lru_cache(maxsize=1)
-def _sm90_ruler() -> Target:
-    """lending_refused has no target argument: the rates compare within one arch, so sm_90's numbers are the ruler
-    (built on first use: importing this module touches nothing)."""
-    return Target.simulated_for("sm_90")
-
-
 def _wgmma_mx_factor(m: int) -> float:
     """mxfp8's steps are slower (the scale multiply, a scale load a step): its best time over fp8_row's in the same
     run was 1.01-1.55x at M = 64 (median ~1.2), ~1.1x at 256, ~1.07x at 1024, ~1.06x at 4096."""
@@ -457,12 +449,11 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
         default config."""
         return _wgmma_us(self.default_config(problem, target), problem, target)
 
-    def lending_refused(self, tuned_at: Problem, problem: Problem) -> str | None:
+    def lending_refused(self, tuned_at: Problem, problem: Problem, target: Target) -> str | None:
         """Not lent where the time model says the kernel runs at much less of its rate than at the tuned shape: its win
         there came with that rate. Session 28's untabled run: 2112x7168 at M = 4096 borrowed it from 4096x4096 and ran
         1.22x the dequantize route (N = 2112 makes 2.1 waves of 256 x 128 tiles, 2.7 of 128 x 192); 5120x25600 at
         M = 256 borrowed it from 4096x14336 at the same modelled rate and ran within 1 % of the autotuned best."""
-        target = _sm90_ruler()
         here = problem.flops / self.estimate_us(problem, target)
         was = tuned_at.flops / self.estimate_us(tuned_at, target)
         if here < WGMMA_LEND_MIN_RATE_RATIO * was:

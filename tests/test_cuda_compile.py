@@ -29,6 +29,8 @@ def _nvrtc_or_skip():
         pytest.skip(reason)
     return compiler
 
+SM90 = Target.simulated_for("sm_90")  # the lending rules' target argument
+
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
@@ -881,11 +883,11 @@ def test_inline_quant_w8a8_entries_are_not_lent_to_a_longer_k():
     c = CudaW8A8GemvInline()
     for fmt in (Format.FP8_TENSOR, Format.FP8_ROW):
         tuned = Problem(fmt, Act.FP8, 1, 4096, 14336)
-        assert "amax pass" in c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 25600))
-        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 14336)) is None
-        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 2112, 7168)) is None
+        assert "amax pass" in c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 25600), SM90)
+        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 5120, 14336), SM90) is None
+        assert c.lending_refused(tuned, Problem(fmt, Act.FP8, 1, 2112, 7168), SM90) is None
     tuned = Problem(Format.FP8_BLOCK, Act.FP8, 1, 4096, 14336)
-    assert c.lending_refused(tuned, Problem(Format.FP8_BLOCK, Act.FP8, 1, 5120, 25600)) is None
+    assert c.lending_refused(tuned, Problem(Format.FP8_BLOCK, Act.FP8, 1, 5120, 25600), SM90) is None
 
 
 def test_inline_quant_w8a8_modules_compile_without_spills():

@@ -21,6 +21,8 @@ from test_cuda_kernels import _weight  # row- and column-varied magnitudes, so s
 
 FORMATS = (Format.FP8_ROW, Format.FP8_TENSOR, Format.MXFP8)
 
+SM90 = Target.simulated_for("sm_90")  # the lending rules' target argument
+
 
 def _all_configs():
     from kernels_cuda.candidates import wgmma_configs
@@ -116,10 +118,10 @@ def test_lending_rule_follows_the_time_model():
     c = CudaW8A16GemmWgmma()
     row = lambda m, n, k: Problem(Format.FP8_ROW, Act.BF16, m, n, k)  # noqa: E731
     # N = 2112 leaves 2.1 waves of tiles: measured 1.22x the dequantize route where 4096x4096 won
-    why = c.lending_refused(row(4096, 4096, 4096), row(4096, 2112, 7168))
+    why = c.lending_refused(row(4096, 4096, 4096), row(4096, 2112, 7168), SM90)
     assert why and "time model" in why
     # the same modelled rate: measured within 1 % of the autotuned best
-    assert c.lending_refused(row(256, 4096, 14336), row(256, 5120, 25600)) is None
+    assert c.lending_refused(row(256, 4096, 14336), row(256, 5120, 25600), SM90) is None
 
 
 def test_config_validation():

@@ -98,6 +98,17 @@ def _overlay(cells: list, path, count: int, *, whole: bool = True) -> list:
     return [newer.get(_key(e), e) for e in cells]
 
 
+def _assert_replay(data: dict, *, cells: int, chain: int, alone: int, **kw) -> None:
+    """The fallback chain with the shipped table (each cell's own shape left out) picks within 15 % in >= `chain` of
+    `cells` cells, the heuristic alone in >= `alone`; `kw`: evaluate's without_candidates / without_backends."""
+    from dispatch import tables
+
+    r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"), **kw)
+    assert r["cells"] == cells
+    assert r["within"] >= chain, r["misses"]
+    assert evaluate(data, **kw)["within"] >= alone
+
+
 def _current_candidates() -> dict:
     cells = json.loads(CANDIDATES.read_text())["main"]
     for path, count in ((CANDIDATES_S9, 64), (CANDIDATES_S10, 112), (CANDIDATES_S12, 112),
@@ -223,17 +234,11 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     are the two of test_unaligned_k_replay at M = 256 / 4096 (the dequantize route 1.28x / 1.34x faster than the
     padded route the heuristic picks); the other 6 of those cells went from the Triton GEMMs and the dequantize route
     to the padded route, up to 12x faster (fp8_tensor/fp8 M = 4096: 74 against 826 us)."""
-    from dispatch import tables
-
     cells = _overlay(json.loads(UNTABLED_S11.read_text())["main"], UNTABLED_BLOCK_S16, 8)
     # session 21 re-measured 3000x1000 with every candidate, pad.k16 among them: those cells replace the older ones
     data = {"main": _overlay(cells, UNALIGNED_K_PAD_S21, 8, whole=False)}
     # these runs predate the wgmma GEMM (session 28): it cannot judge it (with it, 4 W8A16 cells pick it unmeasured)
-    r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"),
-                 without_candidates=("cuda.w8a16_gemm_wgmma",))
-    assert r["cells"] == 32
-    assert r["within"] >= 28, r["misses"]
-    assert evaluate(data, without_candidates=("cuda.w8a16_gemm_wgmma",))["within"] >= 28
+    _assert_replay(data, cells=32, chain=28, alone=28, without_candidates=("cuda.w8a16_gemm_wgmma",))
 
 
 UNTABLED_W8A16_S28 = REPO / "docs/perf/h200_candidates_untabled_w8a16_2026-12-01_s28.json"
@@ -250,13 +255,7 @@ def test_fallback_on_the_untabled_shapes_w8a16_with_the_wgmma_gemm():
     own default config (its time model's pick, borrows_configs False) and its lending rule (the model's rate here
     against at the tuned shape, CudaW8A16GemmWgmma.lending_refused). The heuristic alone: 14 (fp8_row 5120x25600
     M = 256: the Triton GEMM's prior takes its best config's rate, 1.20x)."""
-    from dispatch import tables
-
-    data = json.loads(UNTABLED_W8A16_S28.read_text())
-    r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
-    assert r["cells"] == 16
-    assert r["within"] >= 15, r["misses"]
-    assert evaluate(data)["within"] >= 14
+    _assert_replay(json.loads(UNTABLED_W8A16_S28.read_text()), cells=16, chain=15, alone=14)
 
 
 UNTABLED_M1_S27 = REPO / "docs/perf/h200_candidates_untabled_m1_2026-12-01_s27.json"
@@ -273,13 +272,7 @@ def test_fallback_on_the_untabled_shapes_at_m1_w8a8():
     run); the baseline shapes left out one at a time (test_fallback_chain_on_shapes_left_out_of_the_shipped_table)
     change in 2 cells, 4096x14336 1.13x -> 1.00x and 8192x8192 1.00x -> 1.08x, and stay at 278. The heuristic alone:
     11 (fp8_row/fp8 7168x2304: the in-loop GEMV, 1.18x)."""
-    from dispatch import tables
-
-    data = json.loads(UNTABLED_M1_S27.read_text())
-    r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
-    assert r["cells"] == 12
-    assert r["within"] >= 12, r["misses"]
-    assert evaluate(data)["within"] >= 11
+    _assert_replay(json.loads(UNTABLED_M1_S27.read_text()), cells=12, chain=12, alone=11)
 
 
 UNTABLED_M16_S20 = REPO / "docs/perf/h200_candidates_untabled_m16_2026-11-30_s20.json"
@@ -293,14 +286,9 @@ def test_fallback_on_the_untabled_shapes_at_m16():
     5120x25600, 1.31-1.56x slower than `_scaled_mm` or the Triton kernels there. The misses: fp8_block 2112x7168
     (the GEMV, 1.19x the Triton GEMM) and, for the heuristic alone, fp8_tensor 5120x25600 (the Triton GEMM, 1.24x
     `_scaled_mm`; the chain borrows `_scaled_mm` from the nearest shape)."""
-    from dispatch import tables
-
     cells = json.loads(UNTABLED_M16_S20.read_text())["main"]
     data = {"main": _overlay(cells, UNALIGNED_K_PAD_S21, 3, whole=False)}  # 3000x1000 with pad.k16
-    r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
-    assert r["cells"] == 12
-    assert r["within"] >= 11, r["misses"]
-    assert evaluate(data)["within"] >= 10
+    _assert_replay(data, cells=12, chain=11, alone=10)
 
 
 def test_heuristic_avoids_tiled_gemms_at_small_m_and_unaligned_k():

@@ -11,9 +11,10 @@
 // CTA's token count BM (64, 128 or 256) and the weight never needs a transposed copy. CTA = WGS warpgroups
 // (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles two steps ahead (one thread
 // issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and the K tail are
-// zero-filled by TMA (never stored). With per-thread cp.async copies instead (session 28's second version), the copy
-// addressing alone was ~250 of ~335 instructions a warp issued per K step, and the warps' instruction stream, not the
-// tensor pipe, set the pace (53.9 % tensor-pipe utilization at M = 4096).
+// zero-filled by TMA (never stored). With per-thread cp.async copies instead (session 28's second version) the warps
+// issued ~350 instructions each per K step and their instruction stream, not the tensor pipe, set the pace (Nsight
+// Compute: 53.9 % tensor-pipe utilization at M = 4096); in the SASS of a cp.async rewrite with precomputed copy
+// addresses (compiled, never run) ~250 of ~335 a step were still the copies' address arithmetic.
 //
 // Shared-memory layouts (set by the tensor maps' swizzle modes, kernels_cuda/_wgmma_gemm.py):
 //   x tile (per stage, 1024-byte aligned): 128-byte swizzle: row r (64 bf16 = 128 bytes) at r * 128, its 16-byte

@@ -18,20 +18,20 @@ CHECKS = ((77, 1000, 1008), (300, 4104, 4096), (256, 6144, 4096), (1, 256, 128),
 TOL = 1e-2  # relative Frobenius error against the float64 reference; bf16 output rounding is ~3e-3
 
 
-def configs_for(m: int) -> list:
-    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig as C
-    if m <= 64:
-        return [C(64, 1, 6), C(64, 2, 6), C(64, 4, 4)]
-    if m <= 256:
-        return [C(128, 1, 4), C(128, 2, 4), C(256, 2, 4), C(64, 2, 6), C(128, 4, 4)]
-    return [C(128, 2, 4), C(256, 2, 4), C(256, 2, 5), C(128, 4, 4), C(128, 3, 5)]
+def configs_for(m: int, n: int = 4096, k: int = 4096) -> list:
+    """The candidate's config space at M (kernels_cuda.candidates: the spaces this probe's runs chose)."""
+    from dispatch.formats import Act, Format
+    from dispatch.problem import Problem
+    from dispatch.target import Target
+    from kernels_cuda.candidates import CudaW8A16GemmWgmma
+
+    return list(CudaW8A16GemmWgmma().configs(Problem(Format.FP8_ROW, Act.BF16, m, n, k), Target.simulated_for("sm_90")))
 
 
 def all_configs() -> list:
-    seen = []
-    for m in (64, 256, 4096):
-        seen += [c for c in configs_for(m) if c not in seen]
-    return seen
+    from kernels_cuda.candidates import wgmma_configs
+
+    return wgmma_configs()
 
 
 def check(fmts: list) -> set:

@@ -54,12 +54,14 @@ __device__ __forceinline__ void trace_quant_tensor_body(const void* __restrict__
   fp8d_trace_cta_end(tr, t0, t1);
 }
 
-#define FP8D_TRACE_QUANT(NAME, TRIGGER)                                                                             \
+// One traced per-tensor quantizer entry: NAME runs BODY<ARG> (the trigger variant or the one-read variant below).
+#define FP8D_TRACE_QUANT_ENTRY(NAME, BODY, ARG)                                                                     \
   extern "C" __global__ void __launch_bounds__(1024) NAME(const void* __restrict__ x, int x_kind,                  \
                                                           uint8_t* __restrict__ codes, float* __restrict__ scale,  \
                                                           long long numel, unsigned long long* __restrict__ tr) {  \
-    trace_quant_tensor_body<TRIGGER>(x, x_kind, codes, scale, numel, tr);                                           \
+    BODY<ARG>(x, x_kind, codes, scale, numel, tr);                                                                  \
   }
+#define FP8D_TRACE_QUANT(NAME, TRIGGER) FP8D_TRACE_QUANT_ENTRY(NAME, trace_quant_tensor_body, TRIGGER)
 FP8D_TRACE_QUANT(trace_act_quant_tensor, 0)
 FP8D_TRACE_QUANT(trace_act_quant_tensor_t1, 1)
 FP8D_TRACE_QUANT(trace_act_quant_tensor_t2, 2)
@@ -102,12 +104,7 @@ __device__ __forceinline__ void trace_quant_tensor_1rt_body(const void* __restri
   fp8d_trace_cta_end(tr, t0, t1);
 }
 
-#define FP8D_TRACE_QUANT_1RT(NAME, SLOTS)                                                                          \
-  extern "C" __global__ void __launch_bounds__(1024) NAME(const void* __restrict__ x, int x_kind,                  \
-                                                          uint8_t* __restrict__ codes, float* __restrict__ scale,  \
-                                                          long long numel, unsigned long long* __restrict__ tr) {  \
-    trace_quant_tensor_1rt_body<SLOTS>(x, x_kind, codes, scale, numel, tr);                                         \
-  }
+#define FP8D_TRACE_QUANT_1RT(NAME, SLOTS) FP8D_TRACE_QUANT_ENTRY(NAME, trace_quant_tensor_1rt_body, SLOTS)
 FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt, 8)  // session 27's run
 FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt_s1, 1)
 FP8D_TRACE_QUANT_1RT(trace_act_quant_tensor_1rt_s2, 2)
