@@ -48,6 +48,7 @@ from dispatch.errors import BackendUnavailable, FormatError, UnsupportedError
 from dispatch.formats import ACT_GROUP, ActGranularity
 from dispatch.target import Target, detect
 
+from ._fast_launch import launch
 from ._fp8 import amax_to_scale
 from ._pdl import enter, launch_options, pdl_launch
 from .configs import ActQuantConfig, default_act_quant_config, exact_hw_e4m3_cast
@@ -259,14 +260,18 @@ def plan(granularity: ActGranularity, m: int, k: int, cfg: ActQuantConfig, sm_co
 
 def resolve_fp8_path(x: torch.Tensor, hw_fp8: bool | None) -> tuple[bool, bool]:
     """(HW_FP8, HW_CVT) for tensors on x's device. CPU tensors need the interpreter and get (False, False)."""
-    if x.device.type == "cpu":
+    return _resolve_fp8_path(x.device, hw_fp8)
+
+
+def _resolve_fp8_path(device: torch.device, hw_fp8: bool | None) -> tuple[bool, bool]:
+    if device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise BackendUnavailable("Triton kernels on CPU tensors need the interpreter: set TRITON_INTERPRET=1 "
                                      "before importing triton (tests only; slow, and not a GPU validation)")
         if hw_fp8:
             raise UnsupportedError("the Triton interpreter rounds fp32 -> fp8 casts wrongly: use hw_fp8=False on CPU")
         return False, False
-    tgt = detect(x.device)
+    tgt = detect(device)
     if hw_fp8 is None:
         hw_fp8 = tgt.has_triton_fp8_dtype
     if hw_fp8 and not tgt.has_triton_fp8_dtype:
@@ -280,6 +285,25 @@ def use_recip_div(x_dtype: torch.dtype, target: Target, cfg: ActQuantConfig) -> 
     return cfg.recip_div and not target.is_cpu and x_dtype in (torch.bfloat16, torch.float16)
 
 
+def _launch_args(g: ActGranularity, x_dtype: torch.dtype, device: torch.device, m: int, k: int, hw_fp8: bool | None,
+                 pdl: bool, config: ActQuantConfig | None) -> tuple[bool, ActQuantLaunch, dict]:
+    """(codes in hardware fp8, the launch shape, the keywords every kernel of the launch takes) for x on `device`."""
+    hw, cvt = _resolve_fp8_path(device, hw_fp8)
+    tgt = detect(device)
+    cfg = config or default_act_quant_config(tgt)
+    p = plan(g, m, k, cfg, tgt.sm_count)
+    flags = dict(HW_FP8=hw, HW_CVT=cvt, RECIP=use_recip_div(x_dtype, tgt, cfg), num_warps=p.num_warps, PDL=pdl,
+                 **launch_options(pdl))
+    return hw, p, flags
+
+
+@functools.lru_cache(maxsize=4096)
+def _cuda_launch(g: ActGranularity, x_dtype: torch.dtype, device: torch.device, m: int, k: int, hw_fp8: bool | None,
+                 pdl: bool) -> tuple[bool, ActQuantLaunch, dict]:
+    """_launch_args with the default config on a CUDA device, cached: an eager call pays a dict lookup."""
+    return _launch_args(g, x_dtype, device, m, k, hw_fp8, pdl, None)
+
+
 def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", config: ActQuantConfig | None = None,
                         *, hw_fp8: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """GPU twin of `dispatch.quantize_activation`: (codes float8_e4m3fn like x, fp32 scales) with the same
@@ -290,47 +314,43 @@ def quantize_activation(x: torch.Tensor, granularity: "ActGranularity | str", co
         raise FormatError("activations must be a floating-point tensor [..., K] with K >= 1")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise FormatError(f"activations must be bf16/fp16/fp32, got {x.dtype}")
-    hw, cvt = resolve_fp8_path(x, hw_fp8)
-    tgt = detect(x.device)
-    cfg = config or default_act_quant_config(tgt)
-    recip = use_recip_div(x.dtype, tgt, cfg)
     lead, k = tuple(x.shape[:-1]), int(x.shape[-1])
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1 or (g is ActGranularity.PER_TENSOR and not x2.is_contiguous()):
         x2 = x2.contiguous()
     m = x2.shape[0]
     dev = x.device
-    q = torch.empty((m, k), dtype=torch.float8_e4m3fn if hw else torch.uint8, device=dev)
-    p = plan(g, m, k, cfg, tgt.sm_count)
     pdl = PDL and pdl_launch(dev)  # CUDA sm_90+ only (never ROCm, sm_80/89, the interpreter); FP8DISPATCH_PDL=0
-    launch = dict(PDL=pdl, **launch_options(pdl))
-    flags = dict(HW_FP8=hw, HW_CVT=cvt, RECIP=recip, num_warps=p.num_warps, **launch)
+    if config is None and dev.type == "cuda":
+        hw, p, flags = _cuda_launch(g, x.dtype, dev, m, k, hw_fp8, pdl)
+    else:
+        hw, p, flags = _launch_args(g, x.dtype, dev, m, k, hw_fp8, pdl, config)
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn if hw else torch.uint8, device=dev)
     if g is ActGranularity.PER_TOKEN:
         s = torch.empty((m, 1), dtype=torch.float32, device=dev)
         if m:
-            _per_token_kernel[(p.grid,)](x2, q, s, m, k, x2.stride(0), q.stride(0), BLOCK_R=p.block_r,
-                                         BLOCK_K=p.block_k, LOOP=p.loop, **flags)
+            launch(_per_token_kernel, (p.grid,), x2, q, s, m, k, x2.stride(0), q.stride(0), BLOCK_R=p.block_r,
+                   BLOCK_K=p.block_k, LOOP=p.loop, **flags)
         s = s.reshape(*lead, 1)
     elif g is ActGranularity.PER_TOKEN_GROUP_128:
         ng = math.ceil(k / ACT_GROUP)
         s = torch.empty((m, ng), dtype=torch.float32, device=dev)
         if m:
             groups = p.block_k // ACT_GROUP
-            _per_group_kernel[(p.grid,)](x2, q, s, m, k, ng, x2.stride(0), q.stride(0), s.stride(0),
-                                         math.ceil(ng / groups), BLOCK_R=p.block_r, GROUPS=groups, **flags)
+            launch(_per_group_kernel, (p.grid,), x2, q, s, m, k, ng, x2.stride(0), q.stride(0), s.stride(0),
+                   math.ceil(ng / groups), BLOCK_R=p.block_r, GROUPS=groups, **flags)
         s = s.reshape(*lead, ng)
     else:
         s = torch.empty((), dtype=torch.float32, device=dev)
         numel = m * k
         if p.kernel == "tensor_single":
-            _per_tensor_single_kernel[(1,)](x2, q, s, numel, BLOCK=p.block_k, **flags)
+            launch(_per_tensor_single_kernel, (1,), x2, q, s, numel, BLOCK=p.block_k, **flags)
         else:
             part = torch.empty((p.amax_programs,), dtype=torch.float32, device=dev)
-            _tensor_amax_kernel[(p.amax_programs,)](x2, part, numel, p.grid, BLOCK=p.block_k,
-                                                    WIDTH=min(p.block_k, 256 * p.num_warps), num_warps=p.num_warps,
-                                                    **launch)
-            _tensor_cast_kernel[(p.grid,)](x2, q, s, part, numel, p.amax_programs, BLOCK=p.block_k,
-                                           PART_BLOCK=max(32, _pow2_at_least(p.amax_programs)), **flags)
+            launch(_tensor_amax_kernel, (p.amax_programs,), x2, part, numel, p.grid, BLOCK=p.block_k,
+                   WIDTH=min(p.block_k, 256 * p.num_warps), num_warps=p.num_warps, PDL=pdl, **launch_options(pdl))
+            launch(_tensor_cast_kernel, (p.grid,), x2, q, s, part, numel, p.amax_programs, BLOCK=p.block_k,
+                   PART_BLOCK=max(32, _pow2_at_least(p.amax_programs)), **flags)
     codes = q if hw else q.view(torch.float8_e4m3fn)
     return codes.reshape(*lead, k), s
 

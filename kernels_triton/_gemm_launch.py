@@ -6,6 +6,7 @@ the config only (the split-K count on the SM count too), so a launch can be capt
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -16,10 +17,12 @@ from dispatch.formats import Format, QWeight
 from dispatch.target import detect
 
 from . import _fp8
+from ._fast_launch import launch
 from ._gemm import _w8a8_gemm_kernel, _w8a16_gemm_kernel
 from ._gemm_config import GemmConfig
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT, A8Scales, WScale
 from ._pdl import launch_options, pdl_launch
+from ._splitk_reduce import splitk_reduce
 
 X_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -132,29 +135,30 @@ def _tma_target(device: torch.device) -> bool:
     return detect(device).has_wgmma  # TMA arrived with sm_90, as wgmma did
 
 
-def _operands(x: torch.Tensor, w: torch.Tensor, cfg: GemmConfig):
+_W_DESC_KEY = "kernels_triton.gemm.weight_tma_desc"
+
+
+def _operands(x: torch.Tensor, qw: QWeight, hw_fp8: bool, cfg: GemmConfig):
     """(x operand, weight operand, use_tma): host TMA descriptors when the config asks for TMA and the
-    tensors allow it; plain tensors otherwise. Decided by device, alignment and strides, never values."""
+    tensors allow it; plain tensors otherwise. Decided by device, alignment and strides, never values.
+    The weight's descriptor depends only on its codes and the tile: kept on the weight, per tile."""
+    w = codes_view(qw.qdata, hw_fp8)
     if cfg.tma and _tma_target(x.device) and _tma_ok(x) and _tma_ok(w):
         from triton.tools.tensor_descriptor import TensorDescriptor
-        return (TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k]),
-                TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]), True)
+        descs = qw._cache.setdefault(_W_DESC_KEY, {})
+        wd = descs.get((cfg.block_n, cfg.block_k, w.dtype))
+        if wd is None:
+            wd = descs[(cfg.block_n, cfg.block_k, w.dtype)] = TensorDescriptor.from_tensor(w, [cfg.block_n,
+                                                                                                cfg.block_k])
+        return TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k]), wd, True
     return x, w, False
 
 
-def _split(x: torch.Tensor, m: int, n: int, k: int, cfg: GemmConfig) -> int:
-    if cfg.split_k == 1:
-        return 1
-    if x.device.type == "cpu":  # interpreter: a small pretend GPU, so auto split-K is exercised
-        sms = 8
-    else:
-        from ._gemv import _sm_count
-        sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device())
-    return cfg.split_for(m, n, k, sms)
-
-
-def _grid(m: int, n: int, cfg: GemmConfig, split: int) -> tuple[int, int]:
-    return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), split)
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cpu":  # interpreter: a small pretend GPU, so auto split-K is exercised
+        return 8
+    from ._gemv import _sm_count as count
+    return count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _outputs(m: int, n: int, split: int, out_dtype: torch.dtype, device: torch.device):
@@ -168,12 +172,60 @@ def _reduce_splits(part: torch.Tensor, bias: torch.Tensor | None, y: torch.Tenso
     """y = sum of the split-K partials in split order (+ bias), cast: the GEMV's deterministic reduction."""
     if split == 1:
         return
-    from ._splitk_reduce import splitk_reduce
     m, n = y.shape
     rb = 256
-    splitk_reduce[(triton.cdiv(n, rb), m)](part, bias if bias is not None else y, y, m, n, split, y.stride(0),
-                                          HAS_BIAS=bias is not None, BLOCK=rb, PDL=pdl, num_warps=4,
-                                          **launch_options(pdl))
+    launch(splitk_reduce, (triton.cdiv(n, rb), m), part, bias if bias is not None else y, y, m, n, split,
+           y.stride(0), HAS_BIAS=bias is not None, BLOCK=rb, PDL=pdl, num_warps=4, **launch_options(pdl))
+
+
+@functools.lru_cache(maxsize=1024)
+def _legal_w8a16(config: GemmConfig, wscale: WScale, fp16_x: bool) -> str:
+    return config.legal_for_w8a16(wscale, fp16_x)
+
+
+@functools.lru_cache(maxsize=1024)
+def _legal_w8a8(config: GemmConfig, scales: A8Scales) -> str:
+    return config.legal_for_w8a8(scales)
+
+
+@functools.lru_cache(maxsize=8192)
+def _w8a16_launch(wscale: WScale, x_dtype: torch.dtype, m: int, n: int, k: int, config: GemmConfig,
+                  device: torch.device, hw_fp8: bool, dot_f32: bool, use_tma: bool, has_bias: bool,
+                  mx_fold: bool, pdl: bool, fast_bf16: bool, drain: bool) -> tuple[int, tuple[int, int], dict]:
+    """What a W8A16 launch derives from shapes, dtypes, the config, the device and the switches (PDL, the fast
+    decode, the wgmma drain: arguments, so flipping one at run time is seen): (split, grid, the constexpr and launch
+    keywords). Cached: an eager call pays a dict lookup, not the derivation."""
+    fp16_x = x_dtype == torch.float16
+    split = 1 if config.split_k == 1 else config.split_for(m, n, k, _sm_count(device))
+    mx_prescale = wscale is WScale.MX32 and not fp16_x
+    meta = dict(
+        WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=has_bias,
+        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        FAST_BF16=fast_bf16, WGMMA_DRAIN=drain, PDL=pdl,
+        MX_FOLD=mx_prescale and fast_bf16 and mx_fold,
+        num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
+    )
+    return split, _grid(m, n, config, split), meta
+
+
+@functools.lru_cache(maxsize=8192)
+def _w8a8_launch(scales: A8Scales, m: int, n: int, k: int, config: GemmConfig, device: torch.device, hw_fp8: bool,
+                 dot_f32: bool, use_tma: bool, has_bias: bool, pdl: bool) -> tuple[int, tuple[int, int], dict]:
+    """The W8A8 twin of _w8a16_launch."""
+    split = 1 if config.split_k == 1 else config.split_for(m, n, k, _sm_count(device))
+    meta = dict(
+        SCALES=int(scales), HAS_BIAS=has_bias, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
+        SPLIT=split > 1,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m, PDL=pdl,
+        WARP_SPEC=config.warp_specialize and use_tma and hw_fp8 and not dot_f32,
+        num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
+    )
+    return split, _grid(m, n, config, split), meta
+
+
+def _grid(m: int, n: int, cfg: GemmConfig, split: int) -> tuple[int, int]:
+    return (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), split)
 
 
 def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
@@ -187,31 +239,25 @@ def w8a16_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtyp
     if x.dtype not in X_DTYPES:
         raise UnsupportedError(f"W8A16 GEMM takes bf16/fp16 activations, got {x.dtype}")
     wscale = W8A16_LAYOUT[qw.format]
-    fp16_x = x.dtype == torch.float16
-    why = config.legal_for_w8a16(wscale, fp16_x)
+    why = _legal_w8a16(config, wscale, x.dtype == torch.float16)
     if why:
         raise UnsupportedError(f"GemmConfig {config} cannot run W8A16 {qw.format}: {why}")
     m, k = x.shape
     n = qw.out_features
     dot_f32 = x.device.type == "cpu" if dot_f32 is None else dot_f32
-    split = _split(x, m, n, k, config)
+    xa, wa, use_tma = _operands(x, qw, hw_fp8, config)
+    fast_bf16 = fast_bf16_decode(x.dtype, dot_f32)
+    # read only where the fold could apply (a direct call with nothing cached reads it from the device once)
+    mx_fold = wscale is WScale.MX32 and x.dtype != torch.float16 and fast_bf16 and mx_fold_ok(qw)
+    pdl = pdl_launch(x.device)
+    split, grid, meta = _w8a16_launch(wscale, x.dtype, m, n, k, config, x.device, hw_fp8, dot_f32, use_tma,
+                                      bias is not None, mx_fold, pdl, fast_bf16, wgmma_drain(x.device, dot_f32))
     y, part = _outputs(m, n, split, out_dtype, x.device)
     ws, stride_ws = _weight_scale_args(qw)
-    xa, wa, use_tma = _operands(x, codes_view(qw.qdata, hw_fp8), config)
-    mx_prescale = wscale is WScale.MX32 and not fp16_x
-    pdl = pdl_launch(x.device)
-    fast_bf16 = fast_bf16_decode(x.dtype, dot_f32)
-    _w8a16_gemm_kernel[_grid(m, n, config, split)](
-        xa, wa, ws, bias if bias is not None else y, y, part,
-        m, n, k, split,
-        x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws,
-        WSCALE=int(wscale), MX_PRESCALE=mx_prescale, HAS_BIAS=bias is not None,
-        HW_FP8=hw_fp8, DOT_F32=dot_f32, SWAP_AB=config.swap_ab, USE_TMA=use_tma, SPLIT=split > 1,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        FAST_BF16=fast_bf16, WGMMA_DRAIN=wgmma_drain(x.device, dot_f32), PDL=pdl,
-        MX_FOLD=mx_prescale and fast_bf16 and mx_fold_ok(qw),
-        num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
-    )
+    launch(_w8a16_gemm_kernel, grid,
+           xa, wa, ws, bias if bias is not None else y, y, part,
+           m, n, k, split,
+           x.stride(0), qw.qdata.stride(0), y.stride(0), stride_ws, **meta)
     _reduce_splits(part, bias, y, split, pdl)
     return y
 
@@ -225,13 +271,15 @@ def _act_scale_args(scales: A8Scales, xs: torch.Tensor, m: int, k: int) -> tuple
     if scales is A8Scales.TOKEN_ROW:
         if xs.numel() != m:
             raise FormatError(f"per-token activation scales must be [M, 1] = [{m}, 1], got {tuple(xs.shape)}")
-        xs = xs.reshape(m)
+        if xs.dim() != 2 or xs.shape[1] != 1:  # [M, 1] (the quantizer's layout) is read as is: same row stride
+            xs = xs.reshape(m)
         return xs, xs.stride(0)
     groups = triton.cdiv(k, 128)
     if xs.numel() != m * groups:
         raise FormatError(f"1x128 activation scales must be [M, ceil(K/128)] = [{m}, {groups}], "
                           f"got {tuple(xs.shape)}")
-    xs = xs.reshape(m, groups)
+    if xs.dim() != 2 or xs.shape[0] != m:
+        xs = xs.reshape(m, groups)
     if xs.stride(1) != 1:
         xs = xs.contiguous()
     return xs, xs.stride(0)
@@ -252,7 +300,7 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     if xs.dtype != torch.float32 or xs.device != xq.device:
         raise FormatError(f"activation scales must be float32 on {xq.device}, got {xs.dtype} on {xs.device}")
     scales = W8A8_LAYOUT[qw.format]
-    why = config.legal_for_w8a8(scales)
+    why = _legal_w8a8(config, scales)
     if why:
         raise UnsupportedError(f"GemmConfig {config} cannot run W8A8 {qw.format}: {why}")
     m, k = xq.shape
@@ -260,19 +308,14 @@ def w8a8_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QWeight, bias: torch.Tenso
     dot_f32 = xq.device.type == "cpu" if dot_f32 is None else dot_f32
     xs_t, stride_xs = _act_scale_args(scales, xs, m, k)
     ws, stride_ws = _weight_scale_args(qw)
-    split = _split(xq, m, n, k, config)
-    y, part = _outputs(m, n, split, out_dtype, xq.device)
-    xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), codes_view(qw.qdata, hw_fp8), config)
+    xa, wa, use_tma = _operands(codes_view(xq, hw_fp8), qw, hw_fp8, config)
     pdl = pdl_launch(xq.device)
-    _w8a8_gemm_kernel[_grid(m, n, config, split)](
-        xa, xs_t, wa, ws, bias if bias is not None else y, y, part,
-        m, n, k, split,
-        xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws,
-        SCALES=int(scales), HAS_BIAS=bias is not None, HW_FP8=hw_fp8, DOT_F32=dot_f32, USE_TMA=use_tma,
-        SPLIT=split > 1,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m, PDL=pdl,
-        WARP_SPEC=config.warp_specialize and use_tma and hw_fp8 and not dot_f32,
-        num_warps=config.num_warps, num_stages=config.num_stages, **launch_options(pdl),
-    )
+    split, grid, meta = _w8a8_launch(scales, m, n, k, config, xq.device, hw_fp8, dot_f32, use_tma, bias is not None,
+                                     pdl)
+    y, part = _outputs(m, n, split, out_dtype, xq.device)
+    launch(_w8a8_gemm_kernel, grid,
+           xa, xs_t, wa, ws, bias if bias is not None else y, y, part,
+           m, n, k, split,
+           xq.stride(0), qw.qdata.stride(0), y.stride(0), stride_xs, stride_ws, **meta)
     _reduce_splits(part, bias, y, split, pdl)
     return y
