@@ -30,6 +30,7 @@ from ._kinds import DTYPE_CODE, SCALE_CODE
 from ._launch import _kernel, device_arch
 
 SOURCE, ENTRY = "gemm_w8a16_wgmma.cu", "fp8d_w8a16_wgmma"
+REDUCE_SOURCE, REDUCE_ENTRY = "wgmma_splitk_reduce.cu", "fp8d_w8a16_wgmma_reduce"  # split K's second kernel
 FORMATS = (Format.FP8_ROW, Format.FP8_TENSOR, Format.MXFP8)
 K_ALIGN = 16  # the tensor maps' row strides (codes: K bytes) must be multiples of 16 bytes
 MX_K_ALIGN = 64  # MX: each K step reads its two scale codes as one 16-bit load
@@ -40,15 +41,18 @@ BAR_BYTES = 8  # one mbarrier per stage after the stages
 @dataclasses.dataclass(frozen=True)
 class WgmmaGemmConfig(KernelConfig):
     """bm: tokens per CTA (the wgmma N: 64, 128, 256); wgs: warpgroups per CTA, 64 weight rows each (1-4);
-    stages: depth of the shared-memory ring (>= 3: copies run two K steps ahead)."""
+    stages: depth of the shared-memory ring (>= 3: copies run two K steps ahead); split: K slices (1-8), each a CTA per
+    tile writing an fp32 partial that a second kernel sums in slice order (deterministic) with the bias."""
 
     bm: int = 128
     wgs: int = 2
     stages: int = 4
+    split: int = 1
 
     def __post_init__(self) -> None:
-        if self.bm not in (64, 128, 256) or not 1 <= self.wgs <= 4 or not 3 <= self.stages <= 8:
-            raise ValueError(f"WgmmaGemmConfig needs bm in (64, 128, 256), wgs 1..4, stages 3..8; got {self}")
+        if self.bm not in (64, 128, 256) or not 1 <= self.wgs <= 4 or not 3 <= self.stages <= 8 \
+                or not 1 <= self.split <= 8:
+            raise ValueError(f"WgmmaGemmConfig needs bm in (64, 128, 256), wgs 1..4, stages 3..8, split 1..8; got {self}")
 
     @property
     def bn(self) -> int:
@@ -59,7 +63,15 @@ class WgmmaGemmConfig(KernelConfig):
         return self.stages * (self.bm * BK * 2 + self.bn * BK + BAR_BYTES)
 
     def grid(self, m: int, n: int) -> int:
+        """Output tiles (CTAs per K slice)."""
         return -(-m // self.bm) * -(-n // self.bn)
+
+    def splits(self, k: int) -> int:
+        """The K slices a launch makes: `split` cut to the K steps, every slice non-empty (the kernel's slice is
+        ceil(steps / slices) steps)."""
+        steps = max(-(-k // BK), 1)
+        per = -(-steps // min(self.split, steps))
+        return -(-steps // per)
 
 
 def compile_arch(arch: str) -> str:
@@ -151,10 +163,10 @@ def _x_map(addr: int, m: int, k: int, bm: int) -> bytes:
 
 
 # The kernel's parameters, laid out in one block: the two 128-byte CUtensorMaps (64-byte aligned), then the scale
-# and bias pointers, the bias kind, y, M, N, K at their natural alignment; cuLaunchKernel gets one pointer per
-# parameter into it.
-_PARAMS = struct.Struct("<128s128sQQi4xQiii")
-_PARAM_OFFSETS = (0, 128, 256, 264, 272, 280, 288, 292, 296)
+# and bias pointers, the bias kind, y, the split-K partials, M, N, K at their natural alignment; cuLaunchKernel gets
+# one pointer per parameter into it.
+_PARAMS = struct.Struct("<128s128sQQi4xQQiii")
+_PARAM_OFFSETS = (0, 128, 256, 264, 272, 280, 288, 296, 300, 304)
 
 
 class _ParamBlock(threading.local):
@@ -197,6 +209,15 @@ def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int) -> _driver.LoadedKerne
     return kern
 
 
+@functools.lru_cache(maxsize=16)
+def _reduce_spec(device: int) -> _driver.LoadedKernel:
+    """The split-K reduction (one module for every config and format)."""
+    return _kernel(REDUCE_SOURCE, REDUCE_ENTRY, (), device, compile_arch(device_arch(device)))
+
+
+REDUCE_THREADS = 256
+
+
 def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
                      cfg: WgmmaGemmConfig) -> torch.Tensor:
     """y = x @ (q * s)^T (+ bias) for 2-D contiguous bf16 x [M, K] and an fp8_row / fp8_tensor weight [N, K]."""
@@ -212,10 +233,16 @@ def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, ou
     y = torch.empty((m, n), dtype=out_dtype, device=x.device)
     if m == 0:
         return y
-    kern = _spec(qw.format, cfg, x.device.index or 0)
-    _launch_with_params(kern, (cfg.grid(m, n), 1, 1), (128 * cfg.wgs, 1, 1),
+    dev = x.device.index or 0
+    kern = _spec(qw.format, cfg, dev)
+    bias_kind = -1 if bias is None else DTYPE_CODE[bias.dtype]
+    splits = cfg.splits(k)
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else None
+    _launch_with_params(kern, (cfg.grid(m, n), splits, 1), (128 * cfg.wgs, 1, 1),
                         (_x_map(x.data_ptr(), m, k, cfg.bm), _codes_map(qw.qdata.data_ptr(), n, k, cfg.bn),
-                         qw.scale.data_ptr(), ptr(bias), -1 if bias is None else DTYPE_CODE[bias.dtype],
-                         y.data_ptr(), m, n, k),
+                         qw.scale.data_ptr(), ptr(bias), bias_kind, y.data_ptr(), ptr(part), m, n, k),
                         cfg.smem)
+    if part is not None:
+        _driver.launch(_reduce_spec(dev), (-(-(m * n) // (4 * REDUCE_THREADS)), 1, 1),
+                       (REDUCE_THREADS, 1, 1), (part.data_ptr(), splits, m, n, ptr(bias), bias_kind, y.data_ptr()))
     return y

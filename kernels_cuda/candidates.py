@@ -347,10 +347,14 @@ class CudaDequantCublas(_CudaCandidate):
 
 
 # The wgmma GEMM's space per M (session 28, tools/perf/probe_wgmma_gemm.py and the re-tune of the W8A16 keys on the
-# H200: the configs that won a cell, and their neighbours).
-_WGMMA_CONFIGS_M64 = (WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(64, 4, 4))
+# H200: the configs that won a cell, and their neighbours; session 29 added split K where the efficient tiles are too
+# few for the SMs: 4096 rows make 32 tiles of 128 rows, 4 K slices make 128 CTAs).
+_WGMMA_CONFIGS_M64 = (WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(64, 4, 4),
+                      WgmmaGemmConfig(64, 1, 6, 2), WgmmaGemmConfig(64, 2, 6, 2), WgmmaGemmConfig(64, 2, 6, 4))
 _WGMMA_CONFIGS_M256 = (WgmmaGemmConfig(128, 1, 4), WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(256, 2, 4),
-                       WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(128, 4, 4))
+                       WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(256, 2, 4, 2),
+                       WgmmaGemmConfig(256, 2, 4, 3), WgmmaGemmConfig(256, 2, 4, 4), WgmmaGemmConfig(128, 2, 4, 2),
+                       WgmmaGemmConfig(128, 4, 4, 2))
 _WGMMA_CONFIGS_LARGE = (WgmmaGemmConfig(256, 2, 4), WgmmaGemmConfig(256, 2, 5), WgmmaGemmConfig(128, 2, 4),
                         WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(128, 3, 5))
 
@@ -379,6 +383,10 @@ _WGMMA_TILE_EFF = {(256, 2): 0.85, (128, 2): 0.72, (128, 3): 0.68, (128, 4): 0.7
 # do the 64-row tiles of M = 64 (their latency floor).
 _WGMMA_FEW_WAVES_GAIN = 0.2
 WGMMA_FIXED_US = 3.0
+# Split K's cost (not yet fitted: written before its first GPU run): the second launch, and the fp32 partials written
+# by the slices and read back by the reduction at WGMMA_SPLIT_BYTES_PER_US (mostly from L2).
+WGMMA_SPLIT_US = 2.0
+WGMMA_SPLIT_BYTES_PER_US = 3.0e6
 
 
 # The nearest-shape lending rule's threshold (CudaW8A16GemmWgmma.lending_refused). Replayed on session 28's untabled
@@ -395,13 +403,17 @@ def _wgmma_mx_factor(m: int) -> float:
 
 def _wgmma_us(cfg: WgmmaGemmConfig, problem: Problem, target: Target) -> float:
     sms = max(target.sm_count, 1)
-    waves = -(-cfg.grid(problem.m, problem.n) // sms)
-    steps = -(-problem.k // _wgmma_gemm.BK)
+    splits = cfg.splits(problem.k)
+    waves = -(-cfg.grid(problem.m, problem.n) * splits // sms)
+    steps = -(-(-(-problem.k // _wgmma_gemm.BK)) // splits)  # the K steps of one slice
     gain = _WGMMA_FEW_WAVES_GAIN / waves if cfg.bm >= 128 and cfg.wgs >= 2 else 0.0
     eff = _WGMMA_TILE_EFF.get((cfg.bm, cfg.wgs), 0.5) * (1.0 + gain)
     rate = target.spec.bf16_tflops * 1e6 / sms * eff  # FLOP per us per SM
     mx = _wgmma_mx_factor(problem.m) if problem.fmt is Format.MXFP8 else 1.0
-    return waves * steps * 2.0 * cfg.bm * cfg.bn * _wgmma_gemm.BK / rate * mx + WGMMA_FIXED_US
+    us = waves * steps * 2.0 * cfg.bm * cfg.bn * _wgmma_gemm.BK / rate * mx + WGMMA_FIXED_US
+    if splits > 1:
+        us += WGMMA_SPLIT_US + 2.0 * splits * problem.m * problem.n * 4 / WGMMA_SPLIT_BYTES_PER_US
+    return us
 
 
 class CudaW8A16GemmWgmma(_CudaCandidate):
@@ -419,6 +431,7 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
     borrows_configs = False
     source_files = ("kernels_cuda/csrc/portability.cuh", "kernels_cuda/csrc/fp8_common.cuh",
                     "kernels_cuda/csrc/wgmma_sm90.cuh", "kernels_cuda/csrc/gemm_w8a16_wgmma.cu",
+                    "kernels_cuda/csrc/wgmma_splitk_reduce.cu",
                     "kernels_cuda/_wgmma_gemm.py", "kernels_cuda/_launch.py", "kernels_cuda/_driver.py",
                     "kernels_cuda/compiler.py")
 
@@ -436,13 +449,16 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
         return Support.no(why) if why else Support.yes()
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
+        """The space for M, fastest first by the time model (an autotune cut to N configs keeps the likely ones)."""
         if problem.m <= 64:
-            return list(_WGMMA_CONFIGS_M64)
-        return list(_WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE)
+            space = _WGMMA_CONFIGS_M64
+        else:
+            space = _WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE
+        return sorted(space, key=lambda c: _wgmma_us(c, problem, target))
 
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
         """The config of the space the time model (_WGMMA_TILE_EFF) says is fastest."""
-        return min(self.configs(problem, target), key=lambda c: _wgmma_us(c, problem, target))
+        return self.configs(problem, target)[0]
 
     def estimate_us(self, problem: Problem, target: Target) -> float:
         """The heuristic's estimate (dispatch.heuristic.estimate_us asks the candidate): the model's time of the

@@ -127,9 +127,16 @@ def test_lending_rule_follows_the_time_model():
 def test_config_validation():
     from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
 
-    for bad in ((96, 2, 4), (128, 5, 4), (128, 2, 2)):
+    for bad in ((96, 2, 4), (128, 5, 4), (128, 2, 2), (128, 2, 4, 0), (128, 2, 4, 9)):
         with pytest.raises(ValueError, match="WgmmaGemmConfig"):
             WgmmaGemmConfig(*bad)
+    # K slices: cut to the K steps (64 each), every slice non-empty with the kernel's ceil(steps / slices) per slice
+    assert WgmmaGemmConfig(256, 2, 4, 4).splits(4096) == 4 and WgmmaGemmConfig(256, 2, 4, 4).splits(64) == 1
+    for split in range(1, 9):
+        for steps in range(1, 80):
+            n = WgmmaGemmConfig(128, 2, 4, split).splits(64 * steps - 8)
+            per = -(-steps // n)
+            assert n <= split and (n - 1) * per < steps, (split, steps, n)
     assert WgmmaGemmConfig(256, 2, 4).smem == 4 * (256 * 128 + 128 * 64 + 8)
     assert WgmmaGemmConfig(128, 2, 4).grid(300, 1000) == 3 * 8
     c = WgmmaGemmConfig(64, 4, 4)
@@ -209,10 +216,11 @@ def test_mx_scale_codes_above_the_fold(gemm):
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture_determinism_and_misaligned_x(gemm):
+@pytest.mark.parametrize("split", [1, 4])
+def test_cuda_graph_capture_determinism_and_misaligned_x(gemm, split):
     from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
 
-    cfg = WgmmaGemmConfig(128, 2, 4)
+    cfg = WgmmaGemmConfig(128, 2, 4, split)  # split 4: two kernels (the K slices' partials, their ordered sum)
     qw = dispatch.quantize(_weight(1024, 2048, 9), Format.FP8_ROW, act="bf16")
     x = _x(300, 2048, 9)
     eager = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)

@@ -11,7 +11,9 @@
 // CTA's token count BM (64, 128 or 256) and the weight never needs a transposed copy. CTA = WGS warpgroups
 // (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles two steps ahead (one thread
 // issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and the K tail are
-// zero-filled by TMA (never stored). With per-thread cp.async copies instead (session 28's second version) the warps
+// zero-filled by TMA (never stored). Split K (the launcher's `split`, gridDim.y slices of the K steps): each slice
+// writes its scaled fp32 partial and fp8d_w8a16_wgmma_reduce (wgmma_splitk_reduce.cu) sums them in slice order with the bias; at M = 256 the
+// efficient 256 x 128 tiles are 16-48 CTAs for N = 4096-12288, so without it most SMs idle. With per-thread cp.async copies instead (session 28's second version) the warps
 // issued ~350 instructions each per K step and their instruction stream, not the tensor pipe, set the pace (Nsight
 // Compute: 53.9 % tensor-pipe utilization at M = 4096); in the SASS of a cp.async rewrite with precomputed copy
 // addresses (compiled, never run) ~250 of ~335 a step were still the copies' address arithmetic.
@@ -101,16 +103,16 @@ __device__ __forceinline__ void fp8d_issue_stage(const Fp8dTensorMap& tmx, const
 }
 
 // One K step: decode this step's codes into `a` (the set the wgmmas of the previous step do not read), issue the
-// four k16 wgmmas, and wait for the previous step's.
+// four k16 wgmmas, and wait for the previous step's. kt counts this CTA's steps; its K slice starts at step kt0.
 __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)[4][4], const unsigned char* smem,
-                                            unsigned sbase, unsigned bars, int kt, int k_tiles,
+                                            unsigned sbase, unsigned bars, int kt, int k_tiles, int kt0,
                                             const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, int m0, int n0,
                                             const int (&woff)[4], unsigned sel, unsigned (&mx)[2],
                                             const unsigned short* mx_row0, const unsigned short* mx_row1) {
   __syncthreads();  // every warp is past the wgmmas of step kt - 2: their stage may be refilled
   if (threadIdx.x == 0 && kt + kStages - 2 < k_tiles) {
     const int s2 = (kt + kStages - 2) % kStages;
-    fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt + kStages - 2, m0, n0);
+    fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt0 + kt + kStages - 2, m0, n0);
   }
   const int s = kt % kStages;
   while (!fp8d_mbar_try_wait(bars + 8 * s, (kt / kStages) & 1)) {
@@ -175,13 +177,16 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fp8d_w8a16_wgmma(const __grid_constant__ Fp8dTensorMap tmx, const __grid_constant__ Fp8dTensorMap tmw,
                      const void* __restrict__ scale, const void* __restrict__ bias, int bias_kind,
-                     unsigned short* __restrict__ y, int M, int N, int K) {
+                     unsigned short* __restrict__ y, float* __restrict__ part, int M, int N, int K) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned sbase = fp8d_smem_u32(smem), bars = sbase + kStages * kStage;
   // Tokens fastest: the CTAs in flight share few weight tiles (each read from HBM once, by every M tile from L2).
   const int m_tiles = (M + kBM - 1) / kBM;
   const int m0 = (blockIdx.x % m_tiles) * kBM, n0 = (blockIdx.x / m_tiles) * kBN;
-  const int k_tiles = (K + kBK - 1) / kBK;
+  // Split K (gridDim.y > 1, the launcher's effective split: every slice has >= 1 step): this CTA's steps
+  // [kt0, kt0 + k_tiles); its fp32 partial goes to part[blockIdx.y] and fp8d_w8a16_wgmma_reduce sums them.
+  const int k_all = (K + kBK - 1) / kBK, per = (k_all + gridDim.y - 1) / gridDim.y;
+  const int kt0 = blockIdx.y * per, k_tiles = min(per, k_all - kt0);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) fp8d_mbar_init(bars + 8 * s, 1);
@@ -190,7 +195,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   fp8d_wait_prior_grid();
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages - 2 && s < k_tiles; ++s) fp8d_issue_stage(tmx, tmw, sbase + s * kStage, bars + 8 * s, s, m0, n0);
+    for (int s = 0; s < kStages - 2 && s < k_tiles; ++s)
+      fp8d_issue_stage(tmx, tmw, sbase + s * kStage, bars + 8 * s, kt0 + s, m0, n0);
   }
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -212,9 +218,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   unsigned mx0[2] = {0u, 0u}, mx1[2] = {0u, 0u};
   // 16-bit pairs per scale row: K / 64 (MX needs K % 64 == 0); rows past N read row N - 1 (never stored).
   const unsigned short* mx_row0 =
-      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row, N - 1) * (K / 64);
+      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row, N - 1) * (K / 64) + kt0;
   const unsigned short* mx_row1 =
-      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row + 8, N - 1) * (K / 64);
+      reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row + 8, N - 1) * (K / 64) + kt0;
 #if FP8D_WG_MX
   mx0[0] = mx_row0[0];
   mx0[1] = mx_row1[0];
@@ -226,13 +232,32 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // serializes every wgmma: C7513).
   int kt = 0;
   for (; kt + 1 < k_tiles; kt += 2) {
-    fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
-    fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0, mx_row1);
+    fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+    fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0, mx_row1);
   }
-  if (kt < k_tiles) fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+  if (kt < k_tiles) fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
   fp8d_wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+  const float* sw = reinterpret_cast<const float*>(scale);
+  if (gridDim.y > 1) {  // split K: the scaled fp32 partial, straight from the accumulators (32-byte segments a store)
+    fp8d_allow_dependent_grid();
+    float* dst = part + (long long)blockIdx.y * M * N;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + frag_row + 8 * h;
+      if (n >= N) continue;
+      const float s = FP8D_CFG_SCALE == FP8D_SCALE_ROW ? sw[n] : (FP8D_WG_MX ? 1.f : sw[0]);
+#pragma unroll
+      for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int m = m0 + 8 * j + 2 * t + q;
+          if (m < M) dst[(long long)m * N + n] = acc[4 * j + 2 * h + q] * s;
+        }
+    }
+    return;
+  }
   __syncthreads();  // every warp is done with the pipeline's shared memory: the staging tile reuses it
   fp8d_allow_dependent_grid();
 
@@ -241,7 +266,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int nl = frag_row + 8 * h, n = min(n0 + nl, N - 1);
-    const float* sw = reinterpret_cast<const float*>(scale);
     const float s = FP8D_CFG_SCALE == FP8D_SCALE_ROW ? sw[n] : (FP8D_WG_MX ? 1.f : sw[0]);
     const float b = bias_kind >= 0 ? fp8d_load_as_f32(bias, n, bias_kind) : 0.f;
 #pragma unroll

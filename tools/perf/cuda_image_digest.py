@@ -35,7 +35,8 @@ def module_candidates(name: str, defines: tuple) -> str:
         return "cuda.w8a8_gemv_fq" if d.get("FP8D_CFG_FQ") else family
     # the activation quantizer runs before both W8A8 GEMVs of two launches
     return {"act_quant.cu": "cuda.w8a8_gemv,cuda.w8a8_gemv_tiles", "dequant.cu": "cuda.dequant_cublas",
-            "scale_cols.cu": "cuda.dequant_cublas", "gemm_w8a16_wgmma.cu": "cuda.w8a16_gemm_wgmma"}.get(name, "*")
+            "scale_cols.cu": "cuda.dequant_cublas", "gemm_w8a16_wgmma.cu": "cuda.w8a16_gemm_wgmma",
+            "wgmma_splitk_reduce.cu": "cuda.w8a16_gemm_wgmma"}.get(name, "*")
 
 
 def module_key(item: tuple) -> str:
