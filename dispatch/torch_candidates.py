@@ -104,7 +104,8 @@ def _finish(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 class _ScaledMM(Candidate):
     backend: ClassVar[str] = "torch"
     # The fused activation quantization it launches is part of its time (W8A8 timings include it).
-    source_files: ClassVar[tuple[str, ...]] = _SRC + ("kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py")
+    source_files: ClassVar[tuple[str, ...]] = _SRC + ("kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
+                                                   "kernels_triton/_fast_launch.py")
 
     def prior(self, problem: Problem, target: Target) -> Prior:
         base = PRIORS[self.id]

@@ -147,6 +147,36 @@ def test_images_equal_accepts_kernel_source_edits_and_new_headers_for_the_checke
     assert out3.restamped == [] and "a.py: code changed" in dict((e.impl, w) for e, w in out3.kept)["cuda.k"]
 
 
+def test_newly_hashed_file_identical_at_the_base_is_accepted_and_nothing_else():
+    """`newly_hashed`: a file the candidate's list gained since the base (its code already imported it there). The base
+    hash is over the old list; the file must be byte-identical at the base and now."""
+    base = {"a.py": PY_OLD, "launch.py": b"X = 1\n"}
+    now = {"a.py": PY_DOCS, "launch.py": b"X = 1\n"}
+    files = {"triton.k": ("a.py", "launch.py"), "cuda.k": ("a.py",)}
+    h_old_list = registry.sources_digest(("a.py",), base.get)
+    entries = [_entry("triton.k", 1, h_old_list), _entry("cuda.k", 1, h_old_list)]
+    got, out = rt.restamp(_table(entries), files, base.get, now.get, "abc1234", newly_hashed=("launch.py",))
+    by = {e.impl: e for e in got.entries}
+    assert by["triton.k"].source_hash == registry.sources_digest(files["triton.k"], now.get)
+    assert "the hashed list gained launch.py, byte-identical at abc1234" in by["triton.k"].note
+    assert len(out.restamped) == 2  # cuda.k: a docstring edit of a.py only
+    # without the flag the grown list does not hash to the entry's base hash
+    _, out2 = rt.restamp(_table(entries), files, base.get, now.get, "abc1234")
+    assert [e.impl for e, _ in out2.kept] == ["triton.k"]
+    # the hashed list lives in a hashed file: adding the path to its source_files tuple is the one code change allowed
+    cands_old = b'class C:\n    source_files = ("a.py", "cands.py")\n    x = 1\n'
+    cands_new = b'class C:\n    source_files = ("a.py", "cands.py",\n                    "launch.py")\n    x = 1\n'
+    assert rt.why_not_equivalent("cands.py", cands_old, cands_new, ("launch.py",)) is None
+    assert "code changed" in rt.why_not_equivalent("cands.py", cands_old, cands_new)
+    assert "code changed" in rt.why_not_equivalent("cands.py", cands_old, cands_new.replace(b"x = 1", b"x = 2"),
+                                                   ("launch.py",))
+    # the added file changed since the base, or did not exist there: stale
+    for base3 in (dict(base, **{"launch.py": b"X = 2\n"}), {"a.py": PY_OLD}):
+        _, out3 = rt.restamp(_table(entries), files, base3.get, now.get, "abc1234", newly_hashed=("launch.py",))
+        kept = dict((e.impl, w) for e, w in out3.kept)
+        assert "launch.py: newly hashed but" in kept["triton.k"]
+
+
 def test_git_reader_reads_a_revision(tmp_path):
     def git(*a):
         return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True, text=True).stdout

@@ -27,6 +27,13 @@ dequant kernels) compiles to a byte-identical image in a checkout of REV and in 
 (`tools.perf.cuda_image_digest`, NVRTC, no GPU). A new
 policy hook or a helper moved to a header leaves the measured kernels' machine code as it was. Only tables whose
 device has that arch are re-stamped this way; their Python files must still pass the rules above.
+
+    python -m tools.restamp_table --base REV --newly-hashed PATH [PATH ...]
+
+is for a hashed list that missed a file the candidate's code already used at REV (session 29: the Triton launchers
+imported kernels_triton/_fast_launch.py before the candidates hashed it): the entry's hash must be REV's over the list
+without PATH, and PATH must be byte-identical at REV and now. The measured code is then exactly what the extended list
+names.
 """
 
 from __future__ import annotations
@@ -137,8 +144,24 @@ def _c_code_lines(src: bytes) -> list[str]:
     return [re.sub(r"[ \t]+", " ", line.strip()) for line in text.splitlines() if line.strip()]
 
 
-def why_not_equivalent(path: str, old: bytes | None, new: bytes | None) -> str | None:
-    """None when `old` and `new` (one file at two revisions) hold the same code, else the reason."""
+def _without_newly_hashed(src: bytes, paths: Sequence[str]) -> str:
+    """The docstring-free tree of `src` with the string constants `paths` taken out of every tuple assigned to a
+    `source_files` attribute or name: the code change that adding a file to a candidate's hashed list is."""
+    tree = _tree_without_docstrings(src)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "source_files" for t in targets) and node.value is not None:
+                for sub in ast.walk(node.value):
+                    if isinstance(sub, ast.Tuple):
+                        sub.elts = [e for e in sub.elts if not (isinstance(e, ast.Constant) and e.value in paths)]
+    return ast.dump(tree)
+
+
+def why_not_equivalent(path: str, old: bytes | None, new: bytes | None,
+                       newly_hashed: Sequence[str] = ()) -> str | None:
+    """None when `old` and `new` (one file at two revisions) hold the same code, else the reason. With `newly_hashed`,
+    a Python file may also differ by those paths added to a `source_files` tuple (see restamp())."""
     if old is None or new is None:
         return f"{path}: {'missing at the base' if old is None else 'missing now'}"
     if old == new:
@@ -147,7 +170,8 @@ def why_not_equivalent(path: str, old: bytes | None, new: bytes | None) -> str |
     try:
         if suffix == ".py":
             same = _python_without_docstrings(old) == _python_without_docstrings(new) \
-                or removed_unused_definitions(old, new) is not None
+                or removed_unused_definitions(old, new) is not None \
+                or bool(newly_hashed) and _python_without_docstrings(old) == _without_newly_hashed(new, newly_hashed)
         elif suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"):
             same = _c_code_lines(old) == _c_code_lines(new)
         else:
@@ -168,10 +192,15 @@ _C_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")
 
 
 def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base: Reader, now: Reader,
-            base_name: str, images_equal: Sequence[str] = ()) -> tuple[tables.Table, Outcome]:
+            base_name: str, images_equal: Sequence[str] = (),
+            newly_hashed: Sequence[str] = ()) -> tuple[tables.Table, Outcome]:
     """`source_files`: candidate id -> the files it hashes. Entries current now are left alone. `images_equal`: the
     candidate ids whose compiled images were checked byte-identical at the base and now (their C/CUDA differences,
-    and C/CUDA files new since the base, are accepted; the base hash is then over the files the base has)."""
+    and C/CUDA files new since the base, are accepted; the base hash is then over the files the base has).
+    `newly_hashed`: files a candidate's list gained after the base although its code already used them there (a
+    module its launchers imported but the list missed): the base hash is over the list without them, and each must
+    be byte-identical at the base and now, so the measured code is the code the extended list names. The edit that
+    adds them to a hashed file's `source_files` tuple is then accepted too (nothing else in that file may change)."""
     out = Outcome([], [])
     verdicts: dict[str, tuple[str, str | None]] = {}  # impl -> (hash at the base, why not equivalent)
     entries = []
@@ -188,8 +217,11 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
         if e.impl not in verdicts:  # git is asked only for candidates with stale entries
             by_image = e.impl in images_equal
             checked = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES))]
-            reasons = [r for f in checked if (r := why_not_equivalent(f, base(f), now(f)))]
-            hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)]
+            reasons = [r for f in checked if (r := why_not_equivalent(f, base(f), now(f), newly_hashed))]
+            reasons += [f"{f}: newly hashed but {'missing at the base' if base(f) is None else 'changed since'}"
+                        for f in files if f in newly_hashed and (base(f) is None or base(f) != now(f))]
+            hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)
+                      and f not in newly_hashed]
             verdicts[e.impl] = (registry.sources_digest(hashed, base), "; ".join(reasons) or None)
         base_hash, why = verdicts[e.impl]
         if e.source_hash != base_hash:
@@ -208,6 +240,10 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
                 f"comments/docstrings changed and unused definitions removed ({', '.join(removed)})"
             if e.impl in images_equal and any(base(f) != now(f) for f in files if f.endswith(_C_SUFFIXES)):
                 what += f"; kernel sources changed, every {table.arch} kernel image byte-identical"
+            added = [f for f in files if f in newly_hashed]
+            if added:
+                what = (f"the hashed list gained {', '.join(added)}, byte-identical at {base_name} (the code used it "
+                        f"there); otherwise {what}")
             e2 = dataclasses.replace(e, source_hash=current, note=f"{note}re-stamped from {base_name}: {what}")
             out.restamped.append(e2)
             entries.append(e2)
@@ -269,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="report only, write nothing")
     ap.add_argument("--images-equal", metavar="ARCH",
                     help="also accept CUDA source edits whose kernel images for ARCH are byte-identical (NVRTC, no GPU)")
+    ap.add_argument("--newly-hashed", nargs="+", default=(), metavar="PATH",
+                    help="files added to candidates' hashed lists since the base, byte-identical there (see restamp())")
     args = ap.parse_args(argv)
     import tuning_db  # noqa: PLC0415
 
@@ -288,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in args.table or [str(p) for p in tuning_db.table_paths()]:
         table = tables.load_table(path)
         covered = by_image if table.arch == args.images_equal else ()
-        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name, covered)
+        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name, covered,
+                           tuple(args.newly_hashed))
         for e, why in out.kept:
             print(f"still stale: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}: {why}")
         print(f"{pathlib.Path(path).name}: {len(out.restamped)} entries re-stamped from {base_name}, "
