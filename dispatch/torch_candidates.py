@@ -105,7 +105,8 @@ class _ScaledMM(Candidate):
     backend: ClassVar[str] = "torch"
     # The fused activation quantization it launches is part of its time (W8A8 timings include it).
     source_files: ClassVar[tuple[str, ...]] = _SRC + ("kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
-                                                   "kernels_triton/_fast_launch.py")
+                                                   "kernels_triton/_fast_launch.py", "kernels_triton/_fp8.py",
+                                                   "kernels_triton/_pdl.py", "kernels_triton/configs.py")
 
     def prior(self, problem: Problem, target: Target) -> Prior:
         base = PRIORS[self.id]

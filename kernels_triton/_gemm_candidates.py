@@ -96,7 +96,7 @@ class TritonW8A16Gemm(_GemmCandidate):
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py", "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
-                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py")
+                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py")
     act = Act.BF16
     sibling = "triton.w8a8_gemm"
     x_dtypes = (torch.bfloat16, torch.float16)
@@ -137,7 +137,8 @@ class TritonW8A8Gemm(_GemmCandidate):
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
                     "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
-                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py")
+                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py",
+                    "kernels_triton/configs.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works

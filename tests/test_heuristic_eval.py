@@ -88,6 +88,7 @@ DECODE_S27 = REPO / "docs/perf/h200_candidates_decode_2026-12-01_s27.json"
 # Session 28 added the sm_90 W8A16 wgmma GEMM (cuda.w8a16_gemm_wgmma) and re-tuned the 64 W8A16 cells at M = 64..4096
 # (fp8_row/bf16, mxfp8/bf16; every candidate, one run): they replace those cells whole, last.
 W8A16_S28 = REPO / "docs/perf/h200_candidates_w8a16_2026-12-01_s28.json"
+WGMMA_SPLIT_S29 = REPO / "docs/perf/h200_candidates_wgmma_split_2026-12-01_s29.json"
 
 
 def _overlay(cells: list, path, count: int, *, whole: bool = True) -> list:
@@ -142,7 +143,14 @@ def _current_candidates() -> dict:
         cells = [dict(e, rows=[r for r in e["rows"] if r["route"].split(" ")[0] not in
                                {n["route"] for n in newer[_key(e)]}] + newer[_key(e)]) if _key(e) in newer else e
                  for e in cells]
-    return {"main": _overlay(cells, W8A16_S28, 64)}
+    cells = _overlay(cells, W8A16_S28, 64)
+    # Session 29 re-timed the wgmma GEMM alone (every config, split K added) on the same 64 W8A16 cells: its rows
+    # replace that candidate's older ones; the other candidates' rows (unchanged code) stay.
+    newer = {_key(e): e["rows"] for e in json.loads(WGMMA_SPLIT_S29.read_text())["main"]}
+    assert len(newer) == sum(_key(e) in newer for e in cells) == 64
+    cells = [dict(e, rows=[r for r in e["rows"] if r["route"].split(" ")[0] != "cuda.w8a16_gemm_wgmma"]
+                  + newer[_key(e)]) if _key(e) in newer else e for e in cells]
+    return {"main": cells}
 
 
 def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
@@ -192,7 +200,13 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     277 (the dispatcher without the new kernel scores 263 on these cells: it is the fastest in 37 of them). The chain's
     new misses are mxfp8 cells where the nearest shape's entry is another kernel than this shape's fastest (4096x4096
     and 8192x8192 M = 1024: the dequantize route lent, the wgmma GEMM 1.21x / 1.15x faster; 4096x14336 M = 256 and
-    28672x4096 M = 64: the wgmma GEMM, the Triton GEMM 1.16x / 1.23x faster), the heuristic's the last two.
+    28672x4096 M = 64: the wgmma GEMM, the Triton GEMM 1.16x / 1.23x faster), the heuristic's the last two. Session 29
+    (split K for the wgmma GEMM; that candidate alone re-timed on the 64 W8A16 cells, its rows overlaid): 278 and 277.
+    The chain's misses: fp8_tensor/fp8 8192x2560 M = 16 (1.17x) and mxfp8 4096x4096 M = 1024 (the dequantize route
+    lent, 1.20x). The heuristic's new two are mxfp8 at M = 4096 (4096x4096, 6656x2560: the wgmma GEMM, 1.16-1.18x the
+    dequantize route): that re-run's machine timed the wgmma GEMM 8-12 % slower there than session 28's, whose
+    dequantize-route rows they are compared with; with the M = 64 split configs in the space (measured, never the
+    fastest) the heuristic also lost mxfp8 4096x14336 and 8192x8192 at M = 64 (1.18-1.19x): 275.
     History: 276 with session 8's table and data; 273 with session 9's (3 new misses at fp8_row/bf16 M = 1024,
     where the dequantize route and the Triton GEMM became near ties: 1.15-1.18x); 270 with session 10's. Session 10
     has 4 new misses and lost one (fp8_row/fp8 8192x2560 M = 16): 3 come from re-measuring W8A8 at M = 16 (the CUDA
@@ -203,7 +217,7 @@ def test_fallback_chain_on_shapes_left_out_of_the_shipped_table():
     data = _current_candidates()
     r = evaluate(data, table=tables.load_table(REPO / "tuning_db/nvidia_h200.yaml"))
     assert r["cells"] == 280
-    assert r["within"] >= 275, r["misses"]
+    assert r["within"] >= 278, r["misses"]
     assert evaluate(data)["within"] >= 277
 
 

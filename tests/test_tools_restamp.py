@@ -82,7 +82,7 @@ def _table(entries):
 
 
 def _entry(impl, m, h):
-    n = 1024 * (1 + sorted(("cand.docs", "cand.code", "cand.other", "cand.gone", "cuda.k", "triton.k")).index(impl))
+    n = 1024 * (1 + sorted(("cand.docs", "cand.code", "cand.other", "cand.gone", "cuda.k", "triton.k", "both.k")).index(impl))
     return tables.make_entry("fp8_row", "bf16", n, 4096, m, impl, {}, h, us=10.0, error=1e-3, note="measured")
 
 
@@ -163,6 +163,13 @@ def test_newly_hashed_file_identical_at_the_base_is_accepted_and_nothing_else():
     # without the flag the grown list does not hash to the entry's base hash
     _, out2 = rt.restamp(_table(entries), files, base.get, now.get, "abc1234")
     assert [e.impl for e, _ in out2.kept] == ["triton.k"]
+    # a file named newly hashed that a candidate hashed already: the entry's hash at the base tells which ones it gained
+    base4, now4 = dict(base, **{"shared.py": b"S = 1\n"}), dict(now, **{"shared.py": b"S = 1\n"})
+    files4 = {"both.k": ("a.py", "launch.py", "shared.py")}
+    e4 = _entry("both.k", 1, registry.sources_digest(("a.py", "shared.py"), base4.get))
+    got4, out4 = rt.restamp(_table([e4]), files4, base4.get, now4.get, "abc1234",
+                            newly_hashed=("launch.py", "shared.py"))
+    assert len(out4.restamped) == 1 and "gained launch.py," in got4.entries[0].note
     # the hashed list lives in a hashed file: adding the path to its source_files tuple is the one code change allowed
     cands_old = b'class C:\n    source_files = ("a.py", "cands.py")\n    x = 1\n'
     cands_new = b'class C:\n    source_files = ("a.py", "cands.py",\n                    "launch.py")\n    x = 1\n'

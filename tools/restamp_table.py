@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import itertools
 import pathlib
 import re
 import subprocess
@@ -202,7 +203,7 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
     be byte-identical at the base and now, so the measured code is the code the extended list names. The edit that
     adds them to a hashed file's `source_files` tuple is then accepted too (nothing else in that file may change)."""
     out = Outcome([], [])
-    verdicts: dict[str, tuple[str, str | None]] = {}  # impl -> (hash at the base, why not equivalent)
+    verdicts: dict[str, tuple[str, str | None, list[str]]] = {}  # impl -> (base hash, why not, files gained)
     entries = []
     for e in table.entries:
         files = source_files.get(e.impl)
@@ -218,12 +219,23 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
             by_image = e.impl in images_equal
             checked = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES))]
             reasons = [r for f in checked if (r := why_not_equivalent(f, base(f), now(f), newly_hashed))]
+            hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)]
+            # Which of the newly hashed files this candidate's list gained (the others it hashed already): the subset
+            # whose removal gives the entry's hash at the base. A sha256 match names the measured list exactly.
+            maybe = [f for f in hashed if f in newly_hashed]
+            gained: list[str] = []
+            for r in range(len(maybe) + 1):
+                hit = next((list(sub) for sub in itertools.combinations(maybe, r)
+                            if registry.sources_digest([f for f in hashed if f not in sub], base) == e.source_hash),
+                           None)
+                if hit is not None:
+                    gained = hit
+                    break
             reasons += [f"{f}: newly hashed but {'missing at the base' if base(f) is None else 'changed since'}"
-                        for f in files if f in newly_hashed and (base(f) is None or base(f) != now(f))]
-            hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)
-                      and f not in newly_hashed]
-            verdicts[e.impl] = (registry.sources_digest(hashed, base), "; ".join(reasons) or None)
-        base_hash, why = verdicts[e.impl]
+                        for f in gained if base(f) is None or base(f) != now(f)]
+            verdicts[e.impl] = (registry.sources_digest([f for f in hashed if f not in gained], base),
+                                "; ".join(reasons) or None, gained)
+        base_hash, why, gained = verdicts[e.impl]
         if e.source_hash != base_hash:
             out.kept.append((e, f"measured on {e.source_hash}, not on {base_name} ({base_hash})"))
             entries.append(e)
@@ -240,7 +252,7 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
                 f"comments/docstrings changed and unused definitions removed ({', '.join(removed)})"
             if e.impl in images_equal and any(base(f) != now(f) for f in files if f.endswith(_C_SUFFIXES)):
                 what += f"; kernel sources changed, every {table.arch} kernel image byte-identical"
-            added = [f for f in files if f in newly_hashed]
+            added = gained
             if added:
                 what = (f"the hashed list gained {', '.join(added)}, byte-identical at {base_name} (the code used it "
                         f"there); otherwise {what}")
