@@ -28,6 +28,17 @@ DEFAULT_CASES = ("fp8_row:4096x4096:64,fp8_row:4096x4096:256,fp8_row:6144x4096:2
                  "mxfp8:4096x4096:256,fp8_row:4096x4096:1,fp8_tensor:4096x4096:256,fp8_block:4096x4096:256")
 
 
+def forced_case(case: str, device: torch.device):
+    """"fmt[:act]:NxK:M=candidate" -> (the candidate id, bf16 weight, its quantized QWeight, bf16 x [M, K])."""
+    import dispatch
+
+    spec, name = case.split("=")
+    fmt, act, n, k, m = _parse(spec)
+    w = torch.randn(n, k, device=device, dtype=torch.bfloat16) / k ** 0.5
+    qw = dispatch.quantize(w, fmt, **({"act": act} if act else {}))
+    return name, w, qw, torch.randn(m, k, device=device, dtype=torch.bfloat16)
+
+
 def _parse(case: str) -> tuple[str, str | None, int, int, int]:
     parts = case.split(":")
     if len(parts) == 4:
@@ -40,10 +51,12 @@ def _parse(case: str) -> tuple[str, str | None, int, int, int]:
     return fmt, act, n, k, int(m)
 
 
-def _host_us(fn, calls: int = 400) -> float:
+def host_us(fn, calls: int = 400, sync_every: int = 50) -> float:
+    """Median host time of one call of `fn` (perf_counter around it; a sync every `sync_every` calls keeps the launch
+    queue short, so a full queue does not block a launch)."""
     times = []
     for i in range(calls):
-        if i % 50 == 0:
+        if i % sync_every == 0:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
@@ -99,12 +112,12 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.synchronize()
             d = dispatch.explain(x, qw).decision
             choice = f"{d.candidate_id} {d.config}"
-            host = _host_us(call)
+            host = host_us(call)
             eager = _eager_us(call)
             prof = _profile(call, args.top)
         ref = lambda x=x, w=w: torch.nn.functional.linear(x, w)  # noqa: E731
         ref()
-        rows.append((case, host, eager, _host_us(ref), _eager_us(ref), choice))
+        rows.append((case, host, eager, host_us(ref), _eager_us(ref), choice))
         print(f"=== {case}  {choice}\n{prof}", flush=True)
         del w, qw, x
     print(f"{'case':<28} {'host us':>8} {'eager us':>9} {'bf16 host':>10} {'bf16 eager':>11}  candidate")

@@ -18,6 +18,8 @@ import time
 
 import torch
 
+from tools.perf.host_profile import forced_case
+
 DEFAULT = ("fp8_row:4096x4096:64=triton.w8a16_gemm,fp8_row:4096x4096:256=cuda.w8a16_gemm_wgmma,"
            "fp8_block:4096x4096:256=triton.w8a8_gemm,fp8_tensor:4096x4096:256=torch.scaled_mm_tensorwise,"
            "fp8_block:4096x4096:1024=torch.scaled_mm_blockwise")
@@ -113,12 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     dev = torch.device("cuda")
     cases = []
     for case in args.cases.split(","):
-        spec, name = case.split("=")
-        fmt, nk, m = spec.split(":")
-        n, k = (int(v) for v in nk.split("x"))
-        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
-        qw = dispatch.quantize(w, fmt)
-        x = torch.randn(int(m), k, device=dev, dtype=torch.bfloat16)
+        name, _, qw, x = forced_case(case, dev)
         with dispatch.force(name):
             dispatch.linear(x, qw)
         cases.append((case, name, x, qw))

@@ -15,25 +15,17 @@ Prints a table last.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+
+from tools.perf.host_profile import forced_case, host_us
 
 DEFAULT = ("fp8_row:4096x4096:64=triton.w8a16_gemm,fp8_block:4096x4096:256=triton.w8a8_gemm,"
            "fp8_tensor:4096x4096:256=torch.scaled_mm_tensorwise")
 
 
 def _host(fn, n: int = 1000) -> float:
-    t = []
-    for i in range(n):
-        if i % 100 == 0:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    return statistics.median(t) * 1e6
+    return host_us(fn, n, sync_every=100)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,12 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     dev = torch.device("cuda")
     rows = []
     for case in args.cases.split(","):
-        spec, name = case.split("=")
-        fmt, nk, m = spec.split(":")
-        n, k = (int(v) for v in nk.split("x"))
-        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
-        qw = dispatch.quantize(w, fmt)
-        x = torch.randn(int(m), k, device=dev, dtype=torch.bfloat16)
+        name, w, qw, x = forced_case(case, dev)
+        m, n = x.shape[0], w.shape[0]
         records = []
         orig = JITFunction.run
 
@@ -90,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                                  *vals))))
             rows.append((case, f"{label} get_current_stream", _host(lambda: driver.active.get_current_stream(device))))
         rows.append((case, "torch current_stream", _host(lambda: torch.cuda.current_stream().cuda_stream)))
-        rows.append((case, "torch.empty", _host(lambda: torch.empty((int(m), n), device=dev, dtype=torch.bfloat16))))
+        rows.append((case, "torch.empty", _host(lambda: torch.empty((m, n), device=dev, dtype=torch.bfloat16))))
         rows.append((case, "bf16 F.linear", _host(lambda: torch.nn.functional.linear(x, w))))
     print(f"triton {triton.__version__}, torch {torch.__version__}")
     print(f"{'case':<48} {'piece':<44} {'host us':>8}")
