@@ -391,6 +391,9 @@ WGMMA_FIXED_US = 3.0
 # worst (mxfp8 8192x8192 M = 256: two slices of 256 x 128 tiles measured 60.4 us against the model's pick's 66.2).
 WGMMA_SPLIT_US = 3.0
 WGMMA_SPLIT_BYTES_PER_US = 3.0e6
+# The partials are a transient allocation of slices x M x N fp32 per call: split configs that would need more are left
+# out of the space (16 MB at M = 256 for the shipped picks; 4 slices of M = 512 x N = 16384 would take 128 MB).
+WGMMA_SPLIT_MAX_BYTES = 32 << 20
 
 
 # The nearest-shape lending rule's threshold (CudaW8A16GemmWgmma.lending_refused). Replayed on session 28's untabled
@@ -453,12 +456,15 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
         return Support.no(why) if why else Support.yes()
 
     def configs(self, problem: Problem, target: Target) -> Sequence[KernelConfig]:
-        """The space for M, fastest first by the time model (an autotune cut to N configs keeps the likely ones)."""
+        """The space for M, fastest first by the time model (an autotune cut to N configs keeps the likely ones);
+        split configs only where their fp32 partials stay within WGMMA_SPLIT_MAX_BYTES of transient memory."""
         if problem.m <= 64:
             space = _WGMMA_CONFIGS_M64
         else:
             space = _WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE
-        return sorted(space, key=lambda c: _wgmma_us(c, problem, target))
+        fits = [c for c in space if c.splits(problem.k) == 1
+                or c.splits(problem.k) * problem.m * problem.n * 4 <= WGMMA_SPLIT_MAX_BYTES]
+        return sorted(fits, key=lambda c: _wgmma_us(c, problem, target))
 
     def default_config(self, problem: Problem, target: Target) -> KernelConfig:
         """The config of the space the time model (_WGMMA_TILE_EFF) says is fastest."""

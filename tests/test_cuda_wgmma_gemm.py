@@ -120,6 +120,16 @@ def test_time_model_picks_the_autotuned_config_and_estimates_within_15_percent()
     assert sum(ratios) / len(ratios) <= 1.01 and sum(r > 1.05 for r in ratios) <= 2, sorted(ratios)[-4:]
 
 
+def test_split_configs_bound_their_partials():
+    from kernels_cuda.candidates import WGMMA_SPLIT_MAX_BYTES, CudaW8A16GemmWgmma
+
+    c = CudaW8A16GemmWgmma()
+    assert any(cfg.split > 1 for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 14336), SM90))
+    for m, n in ((256, 4096), (512, 16384), (512, 128256)):
+        for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, m, n, 14336), SM90):
+            assert cfg.splits(14336) == 1 or cfg.splits(14336) * m * n * 4 <= WGMMA_SPLIT_MAX_BYTES, (m, n, cfg)
+
+
 def test_split_k_wins_where_the_efficient_tiles_are_too_few():
     """Session 29's measurement behind the split configs: K = 14336 at M = 256 (32 tiles of 256 x 128 without split)."""
     cells = _wgmma_cells()
