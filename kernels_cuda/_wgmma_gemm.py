@@ -4,8 +4,10 @@ register operand; per-tensor / per-row weight scales and the bias in the epilogu
 The kernel reads x and the codes through TMA: each launch passes two CUtensorMaps by value (built on the host with
 cuTensorMapEncodeTiled, each cached by address and shape). A launch with such parameters goes through
 `_launch_with_params` (the GEMV launcher packs 8-byte slots only), which packs them into a per-thread parameter block.
-With both, this function's host time on the H200 host went from 46.5 to 21.4 us a call (`tools.perf.probe_host_stages`,
-session 29: two calls, each on its own host; bf16 F.linear's whole call took 14-21 us there).
+With both, the host time of `w8a16_wgmma_gemm` on the H200 host went from 46.5 to 21.4 us a call
+(`tools.perf.probe_host_stages`, session 29: two calls, each on its own host; bf16 F.linear's whole call took 14-21 us
+there). A config with `split` > 1 launches a second kernel (csrc/wgmma_splitk_reduce.cu) that sums the K slices'
+fp32 partials, a transient [slices, M, N] allocation.
 
 Apart from _launch.py so that only this candidate hashes it (a change here leaves the GEMVs' tuned entries current).
 """
