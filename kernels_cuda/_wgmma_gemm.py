@@ -42,19 +42,23 @@ BAR_BYTES = 8  # one mbarrier per stage after the stages
 
 @dataclasses.dataclass(frozen=True)
 class WgmmaGemmConfig(KernelConfig):
-    """bm: tokens per CTA (the wgmma N: 64, 128, 256); wgs: warpgroups per CTA, 64 weight rows each (1-4);
-    stages: depth of the shared-memory ring (>= 3: copies run two K steps ahead); split: K slices (1-8), each a CTA per
-    tile writing an fp32 partial that a second kernel sums in slice order (deterministic) with the bias."""
+    """bm: tokens per CTA (the wgmma N: a multiple of 16 in 64..256); wgs: warpgroups per CTA, 64 weight rows each (1-4);
+    stages: depth of the shared-memory ring (copies run stages - 1 - depth K steps ahead); split: K slices (1-8), each a
+    CTA per tile writing an fp32 partial that a second kernel sums in slice order (deterministic) with the bias;
+    depth: K steps of wgmmas left in flight while the next step's weight is decoded (1 or 2; 2 rotates three register
+    sets instead of two)."""
 
     bm: int = 128
     wgs: int = 2
     stages: int = 4
     split: int = 1
+    depth: int = 1
 
     def __post_init__(self) -> None:
-        if self.bm not in (64, 128, 256) or not 1 <= self.wgs <= 4 or not 3 <= self.stages <= 8 \
-                or not 1 <= self.split <= 8:
-            raise ValueError(f"WgmmaGemmConfig needs bm in (64, 128, 256), wgs 1..4, stages 3..8, split 1..8; got {self}")
+        if self.bm % 16 or not 64 <= self.bm <= 256 or not 1 <= self.wgs <= 4 or not 1 <= self.depth <= 2 \
+                or not 2 + self.depth <= self.stages <= 8 or not 1 <= self.split <= 8:
+            raise ValueError(f"WgmmaGemmConfig needs bm a multiple of 16 in 64..256, wgs 1..4, depth 1..2, stages "
+                             f"2 + depth..8, split 1..8; got {self}")
 
     @property
     def bn(self) -> int:
@@ -86,6 +90,8 @@ def compile_arch(arch: str) -> str:
 def module(fmt: Format, cfg: WgmmaGemmConfig) -> tuple[str, str, tuple[tuple[str, int], ...]]:
     d = {"FP8D_CFG_BM": cfg.bm, "FP8D_CFG_WGS": cfg.wgs, "FP8D_CFG_STAGES": cfg.stages,
          "FP8D_CFG_SCALE": SCALE_CODE[fmt]}
+    if cfg.depth != 1:  # depth 1 keeps the defines (and the cached modules) it had before depth existed
+        d["FP8D_CFG_DEPTH"] = cfg.depth
     return SOURCE, ENTRY, tuple(sorted(d.items()))
 
 

@@ -352,19 +352,48 @@ class CudaDequantCublas(_CudaCandidate):
 # (64-token tiles, 2 and 4 slices: up to 2.2x faster than unsplit at K = 14336) and still lost every cell to the
 # Triton GEMM's split-K by 1.1-1.4x, so that space stays unsplit (the time model would overrate it: the heuristic
 # then took it over the Triton GEMM in 2 of the 16 mxfp8/fp8_row cells, 1.18-1.19x slower).
-_WGMMA_CONFIGS_M64 = (WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(64, 4, 4))
+_WGMMA_CONFIGS_M64 = (WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(64, 4, 4),
+                      WgmmaGemmConfig(64, 1, 6, depth=2), WgmmaGemmConfig(64, 2, 6, depth=2))
 _WGMMA_CONFIGS_M256 = (WgmmaGemmConfig(128, 1, 4), WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(256, 2, 4),
                        WgmmaGemmConfig(64, 2, 6), WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(256, 2, 4, 2),
                        WgmmaGemmConfig(256, 2, 4, 3), WgmmaGemmConfig(256, 2, 4, 4), WgmmaGemmConfig(128, 2, 4, 2),
-                       WgmmaGemmConfig(128, 4, 4, 2))
+                       WgmmaGemmConfig(128, 4, 4, 2), WgmmaGemmConfig(128, 2, 6, depth=2),
+                       WgmmaGemmConfig(128, 1, 6, depth=2), WgmmaGemmConfig(256, 2, 5, depth=2),
+                       WgmmaGemmConfig(256, 2, 5, 2, depth=2), WgmmaGemmConfig(256, 2, 5, 4, depth=2),
+                       WgmmaGemmConfig(128, 2, 6, 2, depth=2))
 _WGMMA_CONFIGS_LARGE = (WgmmaGemmConfig(256, 2, 4), WgmmaGemmConfig(256, 2, 5), WgmmaGemmConfig(128, 2, 4),
-                        WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(128, 3, 5))
+                        WgmmaGemmConfig(128, 4, 4), WgmmaGemmConfig(128, 3, 5), WgmmaGemmConfig(256, 2, 5, depth=2),
+                        WgmmaGemmConfig(128, 2, 6, depth=2), WgmmaGemmConfig(128, 3, 6, depth=2))
+
+
+# Tile heights fitted to M (session 30): at M > 512 the space also holds 128 x (64 wgs) tiles of the heights that cut M
+# into 5..8 (M = 1024) or 17..19 (M = 4096) tiles with the fewest padded rows, between these bounds; which one wins is
+# the wave count of the shape (N = 6656 at M = 1024: 5 tiles of 208 tokens make 260 CTAs, 1.97 waves of 132, where
+# tiles of 256 make 208, 1.58 waves: two waves either way, each tile 19 % smaller).
+_WGMMA_FIT_BM = (160, 240)
+
+
+def _fitted_bms(m: int) -> list[int]:
+    """The tile heights (multiples of 16 within _WGMMA_FIT_BM) that split M into one more to a few more tiles than
+    256-token tiles do, each the smallest height for its tile count."""
+    out: list[int] = []
+    for tiles in range(-(-m // 256) + 1, -(-m // _WGMMA_FIT_BM[0]) + 1):
+        bm = 16 * -(-m // (16 * tiles))
+        if _WGMMA_FIT_BM[0] <= bm <= _WGMMA_FIT_BM[1] and bm not in out:
+            out.append(bm)
+    return out
+
+
+def _fitted_configs(m: int) -> tuple[WgmmaGemmConfig, ...]:
+    return tuple(WgmmaGemmConfig(bm, 2, 4) for bm in _fitted_bms(m))
 
 
 def wgmma_configs() -> list[WgmmaGemmConfig]:
-    """Every config of the wgmma GEMM's spaces (what tools/perf/precompile_cuda.py compiles and the tests check)."""
+    """Every config of the wgmma GEMM's spaces (what tools/perf/precompile_cuda.py compiles and the tests check): the
+    fixed spaces and every fitted tile height (_WGMMA_FIT_BM; any M above 512 picks among them)."""
     out: list[WgmmaGemmConfig] = []
-    for space in (_WGMMA_CONFIGS_M64, _WGMMA_CONFIGS_M256, _WGMMA_CONFIGS_LARGE):
+    fitted = tuple(WgmmaGemmConfig(bm, 2, 4) for bm in range(_WGMMA_FIT_BM[0], _WGMMA_FIT_BM[1] + 1, 16))
+    for space in (_WGMMA_CONFIGS_M64, _WGMMA_CONFIGS_M256, _WGMMA_CONFIGS_LARGE, fitted):
         out += [c for c in space if c not in out]
     return out
 
@@ -378,7 +407,9 @@ def wgmma_configs() -> list[WgmmaGemmConfig]:
 # the tile (6144x4096 M = 1024: 256 x 128 tiles make 192 CTAs, 2 waves of 132 with the second half empty; 128 x 128
 # make 384, 3 waves, and measured 1.13x faster).
 _WGMMA_TILE_EFF = {(256, 2): 0.85, (128, 2): 0.72, (128, 3): 0.68, (128, 4): 0.70, (128, 1): 0.60, (64, 4): 0.50,
-                   (64, 2): 0.50, (64, 1): 0.30}
+                   (64, 2): 0.50, (64, 1): 0.30,
+                   # the fitted heights (session 30's re-tune, 16-32 cells each: ~4 % below the line from 128 to 256)
+                   (160, 2): 0.72, (176, 2): 0.75, (192, 2): 0.74, (208, 2): 0.80, (224, 2): 0.78, (240, 2): 0.80}
 # A grid of few waves runs its tiles faster than these many-wave medians (a CTA alone on its SM, less L2 traffic per
 # SM): tiles of 128 rows and more by up to ~20 % at one wave (5120x25600 M = 256, 80 tiles of 128 x 128: 0.87 of the
 # per-SM rate against 0.72 at 8-60 waves); one warpgroup alone on an SM does not (128 x 64 tiles: 0.57 at one wave), nor
@@ -402,6 +433,36 @@ WGMMA_SPLIT_MAX_BYTES = 32 << 20
 WGMMA_LEND_MIN_RATE_RATIO = 0.8
 
 
+# Depth 2 (two K steps of wgmmas in flight; session 30, two re-tunes of the 64 W8A16 keys): faster where one warpgroup
+# leaves the tensor pipe waiting on each step's latency (4096x4096 M = 256, 128 x 64 tiles: 0.89x and 0.90x the best
+# depth-1 config), a wash or slower on the big tiles (256 x 128: 0.98-1.12x at M = 4096, fewer copies in flight); the
+# 64-token tiles of M = 64 read 0.82-1.28x between the two runs (no factor: the model keeps depth 1 there).
+_WGMMA_DEPTH2_GAIN_SMALL = 1.08
+_WGMMA_DEPTH2_GAIN_LARGE = 0.97
+
+
+def _wgmma_tile_eff(cfg: WgmmaGemmConfig) -> float:
+    """_WGMMA_TILE_EFF (linear in the tile height between the measured heights of the same warpgroup count), times the
+    depth-2 factor."""
+    eff = _wgmma_tile_eff_depth1(cfg)
+    if cfg.depth == 2:
+        eff *= 1.0 if cfg.bm == 64 else _WGMMA_DEPTH2_GAIN_SMALL if cfg.wgs == 1 else _WGMMA_DEPTH2_GAIN_LARGE
+    return eff
+
+
+def _wgmma_tile_eff_depth1(cfg: WgmmaGemmConfig) -> float:
+    eff = _WGMMA_TILE_EFF.get((cfg.bm, cfg.wgs))
+    if eff is not None:
+        return eff
+    known = sorted(bm for bm, wgs in _WGMMA_TILE_EFF if wgs == cfg.wgs)
+    lo = max((bm for bm in known if bm < cfg.bm), default=None)
+    hi = min((bm for bm in known if bm > cfg.bm), default=None)
+    if lo is None or hi is None:
+        return 0.5
+    e_lo, e_hi = _WGMMA_TILE_EFF[(lo, cfg.wgs)], _WGMMA_TILE_EFF[(hi, cfg.wgs)]
+    return e_lo + (e_hi - e_lo) * (cfg.bm - lo) / (hi - lo)
+
+
 def _wgmma_mx_factor(m: int) -> float:
     """mxfp8's steps are slower (the scale multiply, a scale load a step): its best time over fp8_row's in the same
     run was 1.01-1.55x at M = 64 (median ~1.2), ~1.1x at 256, ~1.07x at 1024, ~1.06x at 4096."""
@@ -414,7 +475,7 @@ def _wgmma_us(cfg: WgmmaGemmConfig, problem: Problem, target: Target) -> float:
     waves = -(-cfg.grid(problem.m, problem.n) * splits // sms)
     steps = -(-(-(-problem.k // _wgmma_gemm.BK)) // splits)  # the K steps of one slice
     gain = _WGMMA_FEW_WAVES_GAIN / waves if cfg.bm >= 128 and cfg.wgs >= 2 else 0.0
-    eff = _WGMMA_TILE_EFF.get((cfg.bm, cfg.wgs), 0.5) * (1.0 + gain)
+    eff = _wgmma_tile_eff(cfg) * (1.0 + gain)
     rate = target.spec.bf16_tflops * 1e6 / sms * eff  # FLOP per us per SM
     mx = _wgmma_mx_factor(problem.m) if problem.fmt is Format.MXFP8 else 1.0
     us = waves * steps * 2.0 * cfg.bm * cfg.bn * _wgmma_gemm.BK / rate * mx + WGMMA_FIXED_US
@@ -461,7 +522,7 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
         if problem.m <= 64:
             space = _WGMMA_CONFIGS_M64
         else:
-            space = _WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE
+            space = _WGMMA_CONFIGS_M256 if problem.m <= 512 else _WGMMA_CONFIGS_LARGE + _fitted_configs(problem.m)
         fits = [c for c in space if c.splits(problem.k) == 1
                 or c.splits(problem.k) * problem.m * problem.n * 4 <= WGMMA_SPLIT_MAX_BYTES]
         return sorted(fits, key=lambda c: _wgmma_us(c, problem, target))

@@ -8,7 +8,7 @@
 //
 // Shape of the computation: D[n, m] = sum_k W[n, k] x[m, k]. A = the weight tile (64 rows a warpgroup, from
 // registers), B = the x tile (K-major in shared memory, read through a descriptor), so the instruction's N is the
-// CTA's token count BM (64, 128 or 256) and the weight never needs a transposed copy. CTA = WGS warpgroups
+// CTA's token count BM (64..256, a multiple of 16) and the weight never needs a transposed copy. CTA = WGS warpgroups
 // (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles two steps ahead (one thread
 // issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and the K tail are
 // zero-filled by TMA (never stored). Split K (the launcher's `split`, gridDim.y slices of the K steps): each slice
@@ -41,11 +41,19 @@
 #error "the wgmma W8A16 GEMM applies per-tensor, per-row and MX weight scales"
 #endif
 #define FP8D_WG_MX (FP8D_CFG_SCALE == FP8D_SCALE_MX)
+#ifndef FP8D_CFG_DEPTH
+#define FP8D_CFG_DEPTH 1  // K steps of wgmmas left in flight while the next step is decoded (the launcher's `depth`)
+#endif
 
 namespace {
 constexpr int kBM = FP8D_CFG_BM;
 constexpr int kWGS = FP8D_CFG_WGS;
 constexpr int kStages = FP8D_CFG_STAGES;
+// Depth D: a step waits until at most D steps of wgmmas are in flight, so D + 1 register sets of the decoded weight
+// rotate, and a stage is refilled only once the wgmmas of the step D + 1 back are done: the copies then run
+// kStages - 1 - D steps ahead.
+constexpr int kDepth = FP8D_CFG_DEPTH;
+constexpr int kLead = kStages - 1 - kDepth;
 constexpr int kBN = 64 * kWGS;
 constexpr int kBK = 64;
 constexpr int kThreads = 128 * kWGS;
@@ -53,9 +61,13 @@ constexpr int kXStage = kBM * kBK * 2;
 constexpr int kWStage = kBN * kBK;
 constexpr int kStage = kXStage + kWStage;
 constexpr int kOutRow = kBN + 8;  // bf16 elements per row of the epilogue's staging tile (16 bytes of padding)
-static_assert(kBM == 64 || kBM == 128 || kBM == 256, "wgmma N is 64, 128 or 256");
+// Any multiple of 16 from 64 to 256 (the wrappers of wgmma_sm90.cuh): a tile height that divides M into fewer wasted
+// rows or fills the last wave of tiles (M = 1024 in tiles of 208 tokens: 5 tiles, 52 x 5 = 260 of them for N = 6656
+// on 132 SMs, against 208 tiles of 256 that leave the second wave half empty).
+static_assert(kBM % 16 == 0 && kBM >= 64 && kBM <= 256, "wgmma N (tokens per tile): a multiple of 16 in 64..256");
 static_assert(kWGS >= 1 && kWGS <= 4, "one to four warpgroups");
-static_assert(kStages >= 3, "copies run two steps ahead: three stages at least");
+static_assert(kDepth == 1 || kDepth == 2, "one or two steps of wgmmas in flight");
+static_assert(kLead >= 1, "copies run at least one step ahead: kStages >= 2 + kDepth");
 static_assert(kBM * kOutRow * 2 <= kStages * kStage, "the epilogue's tile reuses the pipeline's shared memory");
 static_assert(kStage % 1024 == 0, "each stage's x tile must start 1024-byte aligned (the 128B swizzle pattern)");
 }  // namespace
@@ -110,9 +122,9 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
                                             const int (&woff)[4], unsigned sel, unsigned (&mx)[2],
                                             const unsigned short* mx_row0, const unsigned short* mx_row1) {
   __syncthreads();  // every warp is past the wgmmas of step kt - 2: their stage may be refilled
-  if (threadIdx.x == 0 && kt + kStages - 2 < k_tiles) {
-    const int s2 = (kt + kStages - 2) % kStages;
-    fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt0 + kt + kStages - 2, m0, n0);
+  if (threadIdx.x == 0 && kt + kLead < k_tiles) {
+    const int s2 = (kt + kLead) % kStages;
+    fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt0 + kt + kLead, m0, n0);
   }
   const int s = kt % kStages;
   while (!fp8d_mbar_try_wait(bars + 8 * s, (kt / kStages) & 1)) {
@@ -154,8 +166,8 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
         a[kk][2 + h] = fp8d_bf16x2_fma(a[kk][2 + h], r, 0x80008000u);
       }
   }
-  // The codes of step kt + 2 (this set's next use): a load in flight for two steps (clamped at the last step).
-  const int kn = min(kt + 2, k_tiles - 1);
+  // The codes of step kt + D + 1 (this set's next use): a load in flight for D + 1 steps (clamped at the last step).
+  const int kn = min(kt + kDepth + 1, k_tiles - 1);
   mx[0] = mx_row0[kn];
   mx[1] = mx_row1[kn];
 #endif
@@ -171,7 +183,7 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
   fp8d_wgmma_commit();
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
-  fp8d_wgmma_wait<1>();
+  fp8d_wgmma_wait<kDepth>();
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -195,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   fp8d_wait_prior_grid();
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages - 2 && s < k_tiles; ++s)
+    for (int s = 0; s < kLead && s < k_tiles; ++s)
       fp8d_issue_stage(tmx, tmw, sbase + s * kStage, bars + 8 * s, kt0 + s, m0, n0);
   }
 
@@ -214,8 +226,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.f;
   unsigned a0[4][4], a1[4][4];
-  // MX: this thread's rows' scale codes as 16-bit pairs (the two groups of one K step), for even and odd steps.
+  // MX: this thread's rows' scale codes as 16-bit pairs (the two groups of one K step), one pair per register set.
   unsigned mx0[2] = {0u, 0u}, mx1[2] = {0u, 0u};
+#if FP8D_CFG_DEPTH == 2
+  unsigned a2[4][4], mx2[2] = {0u, 0u};
+#endif
   // 16-bit pairs per scale row: K / 64 (MX needs K % 64 == 0); rows past N read row N - 1 (never stored).
   const unsigned short* mx_row0 =
       reinterpret_cast<const unsigned short*>(scale) + (long long)min(n0 + frag_row, N - 1) * (K / 64) + kt0;
@@ -226,16 +241,35 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   mx0[1] = mx_row1[0];
   mx1[0] = mx_row0[min(1, k_tiles - 1)];
   mx1[1] = mx_row1[min(1, k_tiles - 1)];
+#if FP8D_CFG_DEPTH == 2
+  mx2[0] = mx_row0[min(2, k_tiles - 1)];
+  mx2[1] = mx_row1[min(2, k_tiles - 1)];
+#endif
 #endif
   // Pairs of steps, then an odd last one: on every path a step writes the set the wgmmas in flight do not read
   // (a loop with a conditional second step would have a path that rewrites a0 under its own wgmmas, and ptxas then
   // serializes every wgmma: C7513).
   int kt = 0;
+#if FP8D_CFG_DEPTH == 1
   for (; kt + 1 < k_tiles; kt += 2) {
     fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
     fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0, mx_row1);
   }
   if (kt < k_tiles) fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+#else
+  // Triples of steps over three sets, then one or two more (a0, then a1: the sets not in flight on either path).
+  for (; kt + 2 < k_tiles; kt += 3) {
+    fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+    fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0, mx_row1);
+    fp8d_k_step(acc, a2, smem, sbase, bars, kt + 2, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx2, mx_row0, mx_row1);
+  }
+  if (kt < k_tiles) {
+    fp8d_k_step(acc, a0, smem, sbase, bars, kt, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx0, mx_row0, mx_row1);
+    if (kt + 1 < k_tiles)
+      fp8d_k_step(acc, a1, smem, sbase, bars, kt + 1, k_tiles, kt0, tmx, tmw, m0, n0, woff, sel, mx1, mx_row0,
+                  mx_row1);
+  }
+#endif
   fp8d_wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
