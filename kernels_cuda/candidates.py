@@ -486,8 +486,8 @@ def _wgmma_us(cfg: WgmmaGemmConfig, problem: Problem, target: Target) -> float:
 
 class CudaW8A16GemmWgmma(_CudaCandidate):
     """The sm_90 W8A16 tensor-core GEMM (csrc/gemm_w8a16_wgmma.cu): TMA fills a ring of x and code tiles, each
-    warpgroup decodes 64 weight rows into wgmma's register operand (two register sets, so one K step decodes while
-    the previous step's wgmmas run: what the Triton W8A16 GEMM cannot do), x is the shared-memory operand. Row / tensor
+    warpgroup decodes 64 weight rows into wgmma's register operand (two or three register sets, so one K step decodes
+    while the previous steps' wgmmas run: what the Triton W8A16 GEMM cannot do), x is the shared-memory operand. Row / tensor
     scales and the bias in the epilogue, MX scales on the decode; bf16 in, bf16 out."""
 
     id = "cuda.w8a16_gemm_wgmma"

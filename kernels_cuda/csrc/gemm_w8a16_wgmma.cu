@@ -4,14 +4,15 @@
 // Why a hand-written kernel: the Triton W8A16 GEMM's tensor pipe is busy ~half the time (session 10's profile). Each
 // K step waits for every wgmma before decoding the next step's weight codes, because Triton's PTX would otherwise
 // rewrite the registers of wgmmas still in flight. Here the weight is wgmma's register operand A and two register
-// sets alternate: the codes of step k are decoded while the wgmmas of step k - 1 run.
+// sets alternate: the codes of step k are decoded while the wgmmas of step k - 1 run (depth 2, session 30: three sets,
+// while the wgmmas of steps k - 2 and k - 1 run).
 //
 // Shape of the computation: D[n, m] = sum_k W[n, k] x[m, k]. A = the weight tile (64 rows a warpgroup, from
 // registers), B = the x tile (K-major in shared memory, read through a descriptor), so the instruction's N is the
 // CTA's token count BM (64..256, a multiple of 16) and the weight never needs a transposed copy. CTA = WGS warpgroups
-// (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles two steps ahead (one thread
-// issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and the K tail are
-// zero-filled by TMA (never stored). Split K (the launcher's `split`, gridDim.y slices of the K steps): each slice
+// (64 x WGS weight rows). K steps of 64; TMA fills a STAGES-deep ring of x and code tiles STAGES - 1 - DEPTH steps
+// ahead (one thread issues two bulk copies a step; an mbarrier per stage counts their bytes). Out-of-range rows and
+// the K tail are zero-filled by TMA (never stored). Split K (the launcher's `split`, gridDim.y slices of the K steps): each slice
 // writes its scaled fp32 partial and fp8d_w8a16_wgmma_reduce (wgmma_splitk_reduce.cu) sums them in slice order with the bias; at M = 256 the
 // efficient 256 x 128 tiles are 16-48 CTAs for N = 4096-12288, so without it most SMs idle. With per-thread cp.async copies instead (session 28's second version) the warps
 // issued ~350 instructions each per K step and their instruction stream, not the tensor pipe, set the pace (Nsight
@@ -114,14 +115,14 @@ __device__ __forceinline__ void fp8d_issue_stage(const Fp8dTensorMap& tmx, const
       : "memory");
 }
 
-// One K step: decode this step's codes into `a` (the set the wgmmas of the previous step do not read), issue the
-// four k16 wgmmas, and wait for the previous step's. kt counts this CTA's steps; its K slice starts at step kt0.
+// One K step: decode this step's codes into `a` (the set no wgmma in flight reads), issue the four k16 wgmmas, and
+// wait until at most kDepth steps of wgmmas are in flight. kt counts this CTA's steps; its K slice starts at step kt0.
 __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)[4][4], const unsigned char* smem,
                                             unsigned sbase, unsigned bars, int kt, int k_tiles, int kt0,
                                             const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, int m0, int n0,
                                             const int (&woff)[4], unsigned sel, unsigned (&mx)[2],
                                             const unsigned short* mx_row0, const unsigned short* mx_row1) {
-  __syncthreads();  // every warp is past the wgmmas of step kt - 2: their stage may be refilled
+  __syncthreads();  // every warp is past the wgmmas of step kt - 1 - kDepth: their stage may be refilled
   if (threadIdx.x == 0 && kt + kLead < k_tiles) {
     const int s2 = (kt + kLead) % kStages;
     fp8d_issue_stage(tmx, tmw, sbase + s2 * kStage, bars + 8 * s2, kt0 + kt + kLead, m0, n0);
