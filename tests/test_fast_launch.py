@@ -110,11 +110,25 @@ def test_an_uncompiled_result_is_not_kept(fast):
 
 
 def test_disabled_under_the_interpreter_and_other_tritons():
+    """ENABLED is decided at import: each environment in a fresh interpreter (the interpreter, the opt-out, neither)."""
     import os
+    import subprocess
+    import sys
 
     import triton
-    if os.environ.get("TRITON_INTERPRET") == "1" or not triton.__version__.startswith("3.6."):
-        assert not _fast_launch.ENABLED
+
+    from conftest import REPO
+
+    def enabled(**env: str) -> bool:
+        clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", _fast_launch.FAST_LAUNCH_ENV)}
+        out = subprocess.run([sys.executable, "-c", "from kernels_triton import _fast_launch; print(_fast_launch.ENABLED)"],
+                             cwd=REPO, env={**clean, **env}, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip() == "True"
+
+    assert not enabled(TRITON_INTERPRET="1")
+    assert not enabled(**{_fast_launch.FAST_LAUNCH_ENV: "0"})
+    assert enabled() == triton.__version__.startswith("3.6.")
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------------
