@@ -261,16 +261,42 @@ def test_every_config_matches_reference(gemm, fmt):
 
 
 @pytest.mark.gpu
+def _mx_rare_configs():
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    return [WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(208, 2, 4),
+            WgmmaGemmConfig(256, 2, 5, depth=2), WgmmaGemmConfig(128, 2, 6, 2, depth=2)]
+
+
+@pytest.mark.gpu
 def test_mx_scale_codes_above_the_fold(gemm):
-    """Scale codes above 134 (2^7) take the second multiply; 127 + [-20, 20] around them."""
+    """Scale codes above 134 (2^7) take the step's exact re-decode (two multiplies); 127 + [-20, 20] around them, so
+    warps mix both paths."""
     n, k = 256, 512
     qw = dispatch.quantize(_weight(n, k, 5), Format.MXFP8, act="bf16")
     codes = qw.scale.view(torch.uint8)
     g = torch.Generator(device="cuda").manual_seed(3)
     codes.copy_(torch.randint(107, 148, codes.shape, device="cuda", generator=g).to(torch.uint8))
     x = _x(128, k, 5)
-    for cfg in _all_configs()[:4]:
+    for cfg in _mx_rare_configs():
         _check_close(gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg), x, qw)
+
+
+@pytest.mark.gpu
+def test_mx_nan_scale_code_gives_nan_rows(gemm):
+    """The e8m0 NaN code (255) makes its weight row's outputs NaN, as the reference does, and nothing else."""
+    n, k = 256, 512
+    qw = dispatch.quantize(_weight(n, k, 6), Format.MXFP8, act="bf16")
+    codes = qw.scale.view(torch.uint8)
+    codes[3, 0] = 255
+    codes[130, 5] = 255
+    x = _x(100, k, 6)
+    ref = reference.linear(x, qw, None, out_dtype=torch.float64)
+    assert ref[:, 3].isnan().all() and ref[:, 130].isnan().all()
+    for cfg in _mx_rare_configs():
+        y = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)
+        assert torch.equal(y.isnan(), ref.isnan()), (cfg, y.isnan().nonzero()[:4].tolist())
+        _check_close(y, x, qw)  # the other columns (a NaN column's comparisons are false, so only they count)
 
 
 @pytest.mark.gpu
