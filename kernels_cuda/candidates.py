@@ -366,10 +366,11 @@ _WGMMA_CONFIGS_LARGE = (WgmmaGemmConfig(256, 2, 4), WgmmaGemmConfig(256, 2, 5), 
                         WgmmaGemmConfig(128, 2, 6, depth=2), WgmmaGemmConfig(128, 3, 6, depth=2))
 
 
-# Tile heights fitted to M (session 30): at M > 512 the space also holds 128 x (64 wgs) tiles of the heights that cut M
-# into 5..8 (M = 1024) or 17..19 (M = 4096) tiles with the fewest padded rows, between these bounds; which one wins is
-# the wave count of the shape (N = 6656 at M = 1024: 5 tiles of 208 tokens make 260 CTAs, 1.97 waves of 132, where
-# tiles of 256 make 208, 1.58 waves: two waves either way, each tile 19 % smaller).
+# Tile heights fitted to M (session 30): at M > 512 the space also holds two-warpgroup tiles of the heights within
+# these bounds that cut M into a few more tiles than 256-token tiles do, each the smallest height for its tile count
+# (M = 1024: 5-7 tiles of 208, 176, 160 tokens; M = 4096: 18-26 tiles of 240 down to 160); which one wins is the wave
+# count of the shape (N = 6656 at M = 1024: 5 tiles of 208 tokens make 260 CTAs, 1.97 waves of 132, where tiles of
+# 256 make 208, 1.58 waves: two waves either way, each tile 19 % smaller).
 _WGMMA_FIT_BM = (160, 240)
 
 
@@ -408,7 +409,7 @@ def wgmma_configs() -> list[WgmmaGemmConfig]:
 # make 384, 3 waves, and measured 1.13x faster).
 _WGMMA_TILE_EFF = {(256, 2): 0.85, (128, 2): 0.72, (128, 3): 0.68, (128, 4): 0.70, (128, 1): 0.60, (64, 4): 0.50,
                    (64, 2): 0.50, (64, 1): 0.30,
-                   # the fitted heights (session 30's re-tune, 16-32 cells each: ~4 % below the line from 128 to 256)
+                   # the fitted heights (session 30's re-tune, 16-32 cells each: 0-5 % below the line from 128 to 256)
                    (160, 2): 0.72, (176, 2): 0.75, (192, 2): 0.74, (208, 2): 0.80, (224, 2): 0.78, (240, 2): 0.80}
 # A grid of few waves runs its tiles faster than these many-wave medians (a CTA alone on its SM, less L2 traffic per
 # SM): tiles of 128 rows and more by up to ~20 % at one wave (5120x25600 M = 256, 80 tiles of 128 x 128: 0.87 of the
@@ -436,7 +437,7 @@ WGMMA_LEND_MIN_RATE_RATIO = 0.8
 # Depth 2 (two K steps of wgmmas in flight; session 30, two re-tunes of the 64 W8A16 keys): faster where one warpgroup
 # leaves the tensor pipe waiting on each step's latency (4096x4096 M = 256, 128 x 64 tiles: 0.89x and 0.90x the best
 # depth-1 config), a wash or slower on the big tiles (256 x 128: 0.98-1.12x at M = 4096, fewer copies in flight); the
-# 64-token tiles of M = 64 read 0.82-1.28x between the two runs (no factor: the model keeps depth 1 there).
+# 64-token tiles of M = 64 read 0.82-1.20x over the cells of the two runs (no factor: the model keeps depth 1 there).
 _WGMMA_DEPTH2_GAIN_SMALL = 1.08
 _WGMMA_DEPTH2_GAIN_LARGE = 0.97
 
