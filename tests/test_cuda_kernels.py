@@ -244,6 +244,29 @@ def test_mx_nan_scale_code_gives_nan(launch):
     assert torch.isnan(y[:, 5]).all() and torch.isfinite(torch.cat([y[:, :5], y[:, 6:]], 1)).all()
 
 
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("cfg", ["4,1,1,0", "8,2,1,0", "8,1,1,3", "4,2,1,3"])
+def test_mx_partial_tiles_read_clamped_scale_codes(launch, m, cfg):
+    """The MX scale loads are clamped (row to N - 1, group to the row's last one), not predicated: N = 40 leaves a
+    partial 16-row tile, K = 160 a partial 128-wide step whose chunks past K take the last group's code. A NaN code
+    there (row 39) gives that row NaN and no other; a code above the fold in row 20's last group sends that CTA to the
+    Rare policy; every other output is the reference's."""
+    from kernels_cuda.configs import GemvConfig
+    warps, mtiles, unroll, ring = (int(v) for v in cfg.split(","))
+    config = GemvConfig(warps=warps, mtiles=mtiles, unroll=unroll, smem_ring=ring)
+    n, k = 40, 160
+    qw = dispatch.quantize(_weight(n, k, 13), Format.MXFP8, act="bf16")
+    sc = qw.scale.view(torch.uint8).clone()
+    sc[39, 4] = 255
+    sc[20, 4] = 140
+    qw = QWeight(Format.MXFP8, Act.BF16, qw.qdata, sc.view(torch.float8_e8m0fnu).contiguous())
+    x = _x(m, k, torch.bfloat16, 14)
+    y = launch.w8a16_gemv(x, qw, None, torch.float32, config=config)
+    assert torch.isnan(y[:, 39]).all() and torch.isfinite(y[:, :39]).all()
+    _check_close(y[:, :39], x, QWeight(Format.MXFP8, Act.BF16, qw.qdata[:39].contiguous(),
+                                       qw.scale[:39].contiguous()))
+
+
 # --- activation quantization: bit-identical ---------------------------------------------------------
 def _special_x(m: int, k: int, dtype) -> torch.Tensor:
     x = _x(m, k, torch.float32, m * 7 + k)

@@ -134,6 +134,9 @@ __device__ __forceinline__ unsigned fp8d_mx_decode_mul(unsigned c) {
   const unsigned h = (c == 0xffu) ? 0x7fc0u : ((c < FP8D_MX_FOLD_MAX ? c : FP8D_MX_FOLD_MAX) + 120u) << 7;
   return h | (h << 16);
 }
+// fp8d_mx_decode_mul for a code the caller knows is <= FP8D_MX_FOLD_MAX (the W8A16 GEMV's main policy: its CTA scanned
+// its rows' codes first): (c + 120) << 7 in both halves, one IMAD instead of a clamp, a NaN select and three shifts.
+__device__ __forceinline__ unsigned fp8d_mx_folded_mul(unsigned c) { return c * 0x00800080u + 0x3c003c00u; }
 __device__ __forceinline__ unsigned fp8d_mx_rest_mul(unsigned c) {
   const unsigned h = (c > FP8D_MX_FOLD_MAX && c != 0xffu) ? (c - 7u) << 7 : 0x3f80u;  // 2^(c-134), else 1
   return h | (h << 16);

@@ -15,13 +15,14 @@ the key (else the default), this times, in alternating order:
   FP8D_X=V  : the launcher, its modules compiled with that define (--define, repeatable). Session 25 timed
               FP8D_FULL_ROWS=1 (row-major loads without bounds predicates in CTAs whose rows and steps are all in
               range: 0.995x median, 0.948-1.134, 120 cells) and then removed it from csrc/skinny_common.cuh
-  tiled     : the launcher on the weight's decode tiles (the opt-in layout)
+  tiled     : the launcher on the weight's decode tiles (the opt-in layout; not for configs with a shared-memory ring;
+              --tiled-defines: also each --define variant on them)
 and checks that every variant gives the base's bits. The bench's timing: graph replay over weight copies rotating
 through > 3.3x L2, median. A JSON line per cell; a table last. Session 24 ran it before the hint shipped (then base
 was the plain load and the variants l2_256, l2_128, tiled, tiled_l2_256; docs/perf/h200_s24_2026-11-30.md).
 
     python -m tools.perf.probe_l2_hint [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,fp8_block:fp8]
-        [--hints 0,256] [--define FP8D_NAME=V] [--out probe.jsonl]
+        [--hints 0,256] [--define FP8D_NAME=V] [--tiled-defines] [--out probe.jsonl]
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hints", default="0,256", help="L2 prefetch sizes in bytes (0 = no hint, 64, 128, 256; '' none)")
     ap.add_argument("--define", action="append", default=[], metavar="FP8D_NAME=V",
                     help="one more variant: the modules compiled with this define (repeatable; e.g. FP8D_WEIGHT_L2_PREFETCH=64)")
+    ap.add_argument("--tiled-defines", action="store_true",
+                    help="also time each --define variant on the decode tiles (configs without a shared-memory ring)")
     a = ap.parse_args(argv)
     hints = [int(v) for v in a.hints.split(",") if v]
     if any(h not in (0, 64, 128, 256) for h in hints):
@@ -85,8 +88,11 @@ def main(argv: list[str] | None = None) -> None:
                     return f(x, q[i], None, None, cfg, tiles=tw[i] if tiled else None)
             return run
 
-        variants = {"base": variant(None, False), **{n: variant(d, False) for n, d in extra.items()},
-                    "tiled": variant(None, True)}
+        variants = {"base": variant(None, False), **{n: variant(d, False) for n, d in extra.items()}}
+        if not cfg.smem_ring:  # the GEMV on decode tiles keeps its ring in registers (a ring in shared memory: no)
+            variants["tiled"] = variant(None, True)
+            if a.tiled_defines:
+                variants.update({f"tiled {d}": variant(dict([_define(d)]), True) for d in a.define})
         ref = variants["base"](0)
         row = {"fmt": c.fmt.value, "act": c.act.value, "n": c.n, "k": c.k, "m": c.m, "config": cfg.to_dict(),
                "same_bits": all(bool(torch.equal(ref, v(0))) for v in variants.values()),
@@ -94,17 +100,18 @@ def main(argv: list[str] | None = None) -> None:
         row["us"]["bf16"] = probe.bf16_us(c)
         row["bytes"] = q[0].nbytes
         probe.emit(row)
-    names = [k for k in probe.rows[0]["us"] if k not in ("base", "bf16")] if probe.rows else []
+    names = sorted({k for r in probe.rows for k in r["us"] if k not in ("base", "bf16")})
     print("\n| format/act | shape | M | config | same bits | base us | "
           + " | ".join(f"{n} / base" for n in names) + " | bf16 / base |")
     print("|---" * (6 + len(names)) + "|---|")
     for r in probe.rows:
         u, c = r["us"], r["config"]
         print(f"| {r['fmt']}/{r['act']} | {r['n']}x{r['k']} | {r['m']} | {c['warps']}w/{c['mtiles']}t/u{c['unroll']} | "
-              f"{r['same_bits']} | {u['base']:.2f} | " + " | ".join(f"{u[n] / u['base']:.3f}" for n in names)
+              f"{r['same_bits']} | {u['base']:.2f} | "
+              + " | ".join(f"{u[n] / u['base']:.3f}" if n in u else "-" for n in names)
               + f" | {u['bf16'] / u['base']:.2f} |")
     for n in names:
-        ratios = sorted(r["us"][n] / r["us"]["base"] for r in probe.rows)
+        ratios = sorted(r["us"][n] / r["us"]["base"] for r in probe.rows if n in r["us"])
         if ratios:
             print(f"{n}: median {ratios[len(ratios) // 2]:.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}, "
                   f"faster in {sum(v < 0.99 for v in ratios)} of {len(ratios)} (< 0.99x)")
