@@ -815,9 +815,10 @@ def test_dispatch_uses_decode_tiles_when_present_and_in_a_graph(launch):
         first = tl.decode_tiles(tiled)
         assert dispatch.add_decode_tiles(tiled) is tiled and tl.decode_tiles(tiled) is first  # made once
         picked = decision_for(x, tiled).candidate_id
-        with dispatch.force(cand.id):
-            y_plain = dispatch.linear(x, plain)
         with dispatch.force(variant.id):  # (a weight without tiles has no candidate under this policy)
+            # the row-major GEMV at the variant's config (the tables pick each candidate's own config, and a different
+            # K split sums in a different order: session 31's re-tune gave the two different ones here)
+            y_plain = cand.run(x, plain, None, None, torch.bfloat16, decision_for(x, tiled).config)
             assert _same_bits(dispatch.linear(x, tiled), y_plain)
             graph, outs = _capture(lambda: [dispatch.linear(x, tiled)])
             graph.replay()
