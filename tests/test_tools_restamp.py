@@ -147,6 +147,43 @@ def test_images_equal_accepts_kernel_source_edits_and_new_headers_for_the_checke
     assert out3.restamped == [] and "a.py: code changed" in dict((e.impl, w) for e, w in out3.kept)["cuda.k"]
 
 
+def test_images_differing_for_some_formats_keep_only_those_formats_stale():
+    """`images_differ_for` (session 31: an MX-only kernel edit): the candidate's entries of formats whose modules all
+    compiled byte-identically are re-stamped, saying so; those of the formats whose modules differ stay stale."""
+    code_cu = CU_OLD.replace(b"2.0f", b"2.5f")
+    base, now = {"a.py": PY_OLD, "b.cu": CU_OLD}, {"a.py": PY_DOCS, "b.cu": code_cu}
+    files = {"cuda.k": ("a.py", "b.cu")}
+    h = registry.sources_digest(files["cuda.k"], base.get)
+    row = tables.make_entry("fp8_row", "bf16", 4096, 4096, 1, "cuda.k", {}, h, us=10.0, error=1e-3, note="measured")
+    mx = tables.make_entry("mxfp8", "bf16", 4096, 4096, 1, "cuda.k", {}, h, us=11.0, error=1e-3, note="measured")
+    got, out = rt.restamp(_table([row, mx]), files, base.get, now.get, "abc1234",
+                          images_differ_for={"cuda.k": frozenset({"mxfp8"})})
+    by = {e.format.value: e for e in got.entries}
+    assert by["fp8_row"].source_hash == registry.sources_digest(files["cuda.k"], now.get)
+    assert "every sm_90 kernel image of fp8_row byte-identical (those of mxfp8 differ)" in by["fp8_row"].note
+    assert [(e.format.value, "b.cu: code changed" in why) for e, why in out.kept] == [("mxfp8", True)]
+
+
+def test_module_formats_name_the_formats_whose_launches_load_a_module():
+    """Per-format modules are the GEMVs' and the wgmma GEMM's (their launchers pass the weight's own scale layout or
+    activation granularity); the activation quantizer, the dequant kernels (fp8_row runs the fp8_tensor module) and the
+    split-K reduction serve every format. formats_differing collects them per candidate; a shared module that differs
+    takes the whole candidate out."""
+    key = "cuda.w8a16_gemv|sm_90:gemv_w8a16.cu:FP8D_CFG_MT=1,FP8D_CFG_NT=1,FP8D_CFG_SCALE=3,FP8D_CFG_U=1,FP8D_CFG_XKIND=0"
+    assert rt.module_formats(key) == {"mxfp8"}
+    assert rt.module_formats("cuda.w8a8_gemv|sm_90:gemv_w8a8.cu:FP8D_CFG_ACTQ=1,FP8D_CFG_MT=1") == {"fp8_row"}
+    assert rt.module_formats("cuda.w8a8_gemv_fq|sm_90:gemv_w8a8.cu:FP8D_CFG_ACTQ=2,FP8D_CFG_FQ=1") == {"fp8_block"}
+    assert rt.module_formats("cuda.w8a16_gemm_wgmma|sm_90:gemm_w8a16_wgmma.cu:FP8D_CFG_BM=128,FP8D_CFG_SCALE=0") == \
+        {"fp8_tensor"}
+    assert rt.module_formats("cuda.dequant_cublas|sm_90:dequant.cu:FP8D_CFG_SCALE=1") is None
+    assert rt.module_formats("cuda.w8a8_gemv,cuda.w8a8_gemv_tiles|sm_90:act_quant.cu:") is None
+    old = {"cuda.w8a16_gemv|sm_90:gemv_w8a16.cu:FP8D_CFG_SCALE=3": "x", "cuda.w8a16_gemv|sm_90:gemv_w8a16.cu:FP8D_CFG_SCALE=1": "y",
+           "cuda.w8a8_gemv|sm_90:gemv_w8a8.cu:FP8D_CFG_ACTQ=0": "z", "cuda.w8a8_gemv|sm_90:act_quant.cu:": "q"}
+    new = dict(old, **{"cuda.w8a16_gemv|sm_90:gemv_w8a16.cu:FP8D_CFG_SCALE=3": "x2",
+                       "cuda.w8a8_gemv|sm_90:gemv_w8a8.cu:FP8D_CFG_ACTQ=0": "z2", "cuda.w8a8_gemv|sm_90:act_quant.cu:": "q2"})
+    assert rt.formats_differing(old, new) == {"cuda.w8a16_gemv": {"mxfp8"}}
+
+
 def test_newly_hashed_file_identical_at_the_base_is_accepted_and_nothing_else():
     """`newly_hashed`: a file the candidate's list gained since the base (its code already imported it there). The base
     hash is over the old list; the file must be byte-identical at the base and now."""

@@ -25,7 +25,10 @@ difference, a header new since REV included, is accepted for a candidate when ev
 that REV compiles for that arch (`tools.perf.precompile_cuda.variants`: every GEMV config, the quantizers, the
 dequant kernels) compiles to a byte-identical image in a checkout of REV and in this one
 (`tools.perf.cuda_image_digest`, NVRTC, no GPU). A new
-policy hook or a helper moved to a header leaves the measured kernels' machine code as it was. Only tables whose
+policy hook or a helper moved to a header leaves the measured kernels' machine code as it was. Where only some of a
+candidate's modules differ, and each of those serves known formats (the GEMVs' and the wgmma GEMM's modules are
+compiled per weight scale layout or activation granularity: `module_formats`), the candidate's entries of the other
+formats are accepted (session 31: an edit of the MX path changed the mxfp8 GEMV modules only). Only tables whose
 device has that arch are re-stamped this way; their Python files must still pass the rules above.
 
     python -m tools.restamp_table --base REV --newly-hashed PATH [PATH ...]
@@ -194,16 +197,21 @@ _C_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")
 
 def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base: Reader, now: Reader,
             base_name: str, images_equal: Sequence[str] = (),
-            newly_hashed: Sequence[str] = ()) -> tuple[tables.Table, Outcome]:
+            newly_hashed: Sequence[str] = (),
+            images_differ_for: Mapping[str, frozenset[str]] | None = None) -> tuple[tables.Table, Outcome]:
     """`source_files`: candidate id -> the files it hashes. Entries current now are left alone. `images_equal`: the
     candidate ids whose compiled images were checked byte-identical at the base and now (their C/CUDA differences,
     and C/CUDA files new since the base, are accepted; the base hash is then over the files the base has).
     `newly_hashed`: files a candidate's list gained after the base although its code already used them there (a
     module its launchers imported but the list missed): the base hash is over the list without them, and each must
     be byte-identical at the base and now, so the measured code is the code the extended list names. The edit that
-    adds them to a hashed file's `source_files` tuple is then accepted too (nothing else in that file may change)."""
+    adds them to a hashed file's `source_files` tuple is then accepted too (nothing else in that file may change).
+    `images_differ_for`: candidate id -> the formats whose modules' images differ (every other module of it checked
+    byte-identical): that candidate's entries of the other formats count as in `images_equal`."""
     out = Outcome([], [])
-    verdicts: dict[str, tuple[str, str | None, list[str]]] = {}  # impl -> (base hash, why not, files gained)
+    differ_for = images_differ_for or {}
+    # (impl, images checked equal for this entry) -> (base hash, why not, files gained)
+    verdicts: dict[tuple[str, bool], tuple[str, str | None, list[str]]] = {}
     entries = []
     for e in table.entries:
         files = source_files.get(e.impl)
@@ -215,8 +223,8 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
         if e.source_hash == current:
             entries.append(e)
             continue
-        if e.impl not in verdicts:  # git is asked only for candidates with stale entries
-            by_image = e.impl in images_equal
+        by_image = e.impl in images_equal or (e.impl in differ_for and e.format.value not in differ_for[e.impl])
+        if (e.impl, by_image) not in verdicts:  # git is asked only for candidates with stale entries
             checked = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES))]
             reasons = [r for f in checked if (r := why_not_equivalent(f, base(f), now(f), newly_hashed))]
             hashed = [f for f in files if not (by_image and f.endswith(_C_SUFFIXES) and base(f) is None)]
@@ -233,9 +241,9 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
                     break
             reasons += [f"{f}: newly hashed but {'missing at the base' if base(f) is None else 'changed since'}"
                         for f in gained if base(f) is None or base(f) != now(f)]
-            verdicts[e.impl] = (registry.sources_digest([f for f in hashed if f not in gained], base),
-                                "; ".join(reasons) or None, gained)
-        base_hash, why, gained = verdicts[e.impl]
+            verdicts[(e.impl, by_image)] = (registry.sources_digest([f for f in hashed if f not in gained], base),
+                                            "; ".join(reasons) or None, gained)
+        base_hash, why, gained = verdicts[(e.impl, by_image)]
         if e.source_hash != base_hash:
             out.kept.append((e, f"measured on {e.source_hash}, not on {base_name} ({base_hash})"))
             entries.append(e)
@@ -250,8 +258,10 @@ def restamp(table: tables.Table, source_files: Mapping[str, Sequence[str]], base
                               for name in removed_unused_definitions(a, b) or ()})
             what = "comments/docstrings changed only" if not removed else \
                 f"comments/docstrings changed and unused definitions removed ({', '.join(removed)})"
-            if e.impl in images_equal and any(base(f) != now(f) for f in files if f.endswith(_C_SUFFIXES)):
-                what += f"; kernel sources changed, every {table.arch} kernel image byte-identical"
+            if by_image and any(base(f) != now(f) for f in files if f.endswith(_C_SUFFIXES)):
+                what += (f"; kernel sources changed, every {table.arch} kernel image byte-identical" if e.impl in
+                         images_equal else f"; kernel sources changed, every {table.arch} kernel image of "
+                         f"{e.format.value} byte-identical (those of {', '.join(sorted(differ_for[e.impl]))} differ)")
             added = gained
             if added:
                 what = (f"the hashed list gained {', '.join(added)}, byte-identical at {base_name} (the code used it "
@@ -284,9 +294,48 @@ def image_digests(tree: pathlib.Path, arch: str) -> dict[str, str]:
     return json.loads(r.stdout)
 
 
-def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> tuple[frozenset[str], str]:
+# The sources compiled once per weight scale layout (FP8D_CFG_SCALE) or W8A8 activation granularity (FP8D_CFG_ACTQ), whose
+# launchers pass the weight's own: kernels_cuda/_launch.py (the GEMVs), _w8a8_fused.py, _w8a8_inline.py, _wgmma_gemm.py.
+# (dequant.cu is not among them: the dequantize route runs fp8_row weights through the fp8_tensor module.)
+_PER_FORMAT_SOURCES = ("gemv_w8a16.cu", "gemv_w8a8.cu", "gemm_w8a16_wgmma.cu")
+
+
+def module_formats(key: str) -> frozenset[str] | None:
+    """The formats (values) whose entries can load the module of an image-digest key ('<candidates>|<arch>:<source>:
+    <defines>', tools.perf.cuda_image_digest.module_key); None where any of its candidates' formats can (the activation
+    quantizer, the dequant kernels, the split-K reduction, a source not listed in _PER_FORMAT_SOURCES)."""
+    from dispatch.formats import ACT_GRANULARITY  # noqa: PLC0415
+    from kernels_cuda._kinds import ACTQ_CODE, SCALE_CODE  # noqa: PLC0415
+
+    _arch, name, defines = key.split("|", 1)[1].split(":", 2)
+    d = dict(kv.split("=", 1) for kv in defines.split(",") if kv)
+    if name not in _PER_FORMAT_SOURCES:
+        return None
+    if "FP8D_CFG_ACTQ" in d:
+        return frozenset(f.value for f, g in ACT_GRANULARITY.items() if str(ACTQ_CODE[g]) == d["FP8D_CFG_ACTQ"])
+    if "FP8D_CFG_SCALE" in d:
+        return frozenset(f.value for f, c in SCALE_CODE.items() if str(c) == d["FP8D_CFG_SCALE"])
+    return None
+
+
+def formats_differing(old: Mapping[str, str], new: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """Candidate id -> the formats whose modules' images differ between two digest maps, for the candidates some but not
+    all of whose modules differ, each differing one serving known formats (module_formats)."""
+    touched: dict[str, set[str] | None] = {}
+    for key in (k for k in old if new.get(k) != old[k]):
+        fmts = module_formats(key)
+        for c in key.split("|")[0].split(","):
+            if c in touched and touched[c] is None:
+                continue
+            touched[c] = None if fmts is None else (touched.get(c) or set()) | fmts
+    return {c: frozenset(f) for c, f in touched.items() if f is not None and c != "*"}
+
+
+def images_verdict(repo: pathlib.Path, rev: str, arch: str
+                   ) -> tuple[frozenset[str], str, dict[str, frozenset[str]]]:
     """(the candidate ids all of whose modules that `rev` compiles for `arch` compile byte-identically in the
-    checkout, a summary). A module of unknown candidates ("*") that differs disqualifies every candidate."""
+    checkout, a summary, formats_differing for the others). A module of unknown candidates ("*") that differs
+    disqualifies every candidate."""
     import tempfile  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -294,20 +343,21 @@ def images_verdict(repo: pathlib.Path, rev: str, arch: str) -> tuple[frozenset[s
         r = subprocess.run(["git", "worktree", "add", "--detach", str(wt), rev], cwd=repo, capture_output=True,
                            text=True)
         if r.returncode != 0:
-            return frozenset(), f"cannot check out {rev}: {r.stderr.strip()}"
+            return frozenset(), f"cannot check out {rev}: {r.stderr.strip()}", {}
         try:
             old = image_digests(wt, arch)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=repo, capture_output=True)
     new = image_digests(repo, arch)
     if not old:
-        return frozenset(), f"{rev} compiles no module for {arch}"
+        return frozenset(), f"{rev} compiles no module for {arch}", {}
     owners = {c for key in old for c in key.split("|")[0].split(",")}
     differ = sorted(k for k in old if new.get(k) != old[k])
     hit = {c for key in differ for c in key.split("|")[0].split(",")}
     same = frozenset() if "*" in hit else frozenset(owners - hit - {"*"})
+    partial = {} if "*" in hit else formats_differing(old, new)
     return same, (f"{len(differ)} of {len(old)} modules differ ({', '.join(sorted(hit))}), e.g. {differ[0]}"
-                  if differ else f"all {len(old)} modules byte-identical")
+                  if differ else f"all {len(old)} modules byte-identical"), partial
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -330,16 +380,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     cands = registry.candidates()
     files = {c.id: tuple(c.source_files) for c in cands}
     by_image: tuple[str, ...] = ()
+    partial: dict[str, frozenset[str]] = {}
     if args.images_equal:
-        same, summary = images_verdict(repo, base_name, args.images_equal)
-        print(f"kernel images for {args.images_equal} at {base_name} and now: {summary}; covered: "
-              + (", ".join(sorted(same)) or "none"))
+        same, summary, differ_for = images_verdict(repo, base_name, args.images_equal)
         by_image = tuple(c.id for c in cands if c.backend == "cuda" and c.id in same)
+        partial = {c.id: differ_for[c.id] for c in cands if c.backend == "cuda" and c.id in differ_for}
+        print(f"kernel images for {args.images_equal} at {base_name} and now: {summary}; covered: "
+              + (", ".join(sorted(same)) or "none")
+              + "".join(f"; {c} except {', '.join(sorted(f))}" for c, f in sorted(partial.items())))
     for path in args.table or [str(p) for p in tuning_db.table_paths()]:
         table = tables.load_table(path)
-        covered = by_image if table.arch == args.images_equal else ()
-        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name, covered,
-                           tuple(args.newly_hashed))
+        on_arch = table.arch == args.images_equal
+        new, out = restamp(table, files, git_reader(base_name, repo), registry.read_repo_file, base_name,
+                           by_image if on_arch else (), tuple(args.newly_hashed), partial if on_arch else None)
         for e, why in out.kept:
             print(f"still stale: {e.impl} {e.format.value}/{e.act.value} {e.n}x{e.k} M<={e.m_bucket}: {why}")
         print(f"{pathlib.Path(path).name}: {len(out.restamped)} entries re-stamped from {base_name}, "
