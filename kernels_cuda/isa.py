@@ -104,8 +104,10 @@ def variants() -> list[Variant]:
     v += [_gemv8_inline(s, f, 2, 1, 4) for s, f in (("tensor", Format.FP8_TENSOR), ("token", Format.FP8_ROW),
                                                      ("group", Format.FP8_BLOCK))]
     v += [_gemv8_inline("group", Format.FP8_BLOCK, 2, 2, 1), _gemv8_inline("token", Format.FP8_ROW, 1, 2, 1, ring=3)]
+    # (mx at M = 16, one row tile, ring 3: the tiles table's pick for 4096x14336; clamping its scale group spilled there)
     v += [_tiled(x) for x in (_gemv16("row", Format.FP8_ROW, 0, 1, 1), _gemv16("mx", Format.MXFP8, 0, 1, 1),
-                              _gemv8("group", Format.FP8_BLOCK, 1, 1), _gemv8("token", Format.FP8_ROW, 2, 16, mt=2))]
+                              _gemv16("mx", Format.MXFP8, 0, 2, 16), _gemv8("group", Format.FP8_BLOCK, 1, 1),
+                              _gemv8("token", Format.FP8_ROW, 2, 16, mt=2))]
     v += [Variant("act_quant[tensor,token,group128]", "act_quant.cu", (), None, "", True)]
     for s, f in (("tensor", Format.FP8_TENSOR), ("row", Format.FP8_ROW), ("block", Format.FP8_BLOCK),
                  ("mx", Format.MXFP8)):
