@@ -106,7 +106,7 @@ class _ScaledMM(Candidate):
     # The fused activation quantization it launches is part of its time (W8A8 timings include it).
     source_files: ClassVar[tuple[str, ...]] = _SRC + ("kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
                                                    "kernels_triton/_fast_launch.py", "kernels_triton/_fp8.py",
-                                                   "kernels_triton/_pdl.py", "kernels_triton/configs.py")
+                                                   "kernels_triton/_pdl.py", "kernels_triton/act_quant_config.py")
 
     def prior(self, problem: Problem, target: Target) -> Prior:
         base = PRIORS[self.id]

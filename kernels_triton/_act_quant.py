@@ -51,7 +51,7 @@ from dispatch.target import Target, detect
 from ._fast_launch import launch
 from ._fp8 import amax_to_scale
 from ._pdl import enter, launch_options, pdl_launch
-from .configs import ActQuantConfig, default_act_quant_config, exact_hw_e4m3_cast
+from .act_quant_config import ActQuantConfig, default_act_quant_config, exact_hw_e4m3_cast
 from .weight_quant import FLT_MAX, _div_by_scale, _encode, _max_nan, _recip, _to_f32
 
 # Programmatic launches of the quantizer where kernels_triton._pdl allows them (see the module docstring). Measured

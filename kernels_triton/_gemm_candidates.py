@@ -138,7 +138,7 @@ class TritonW8A8Gemm(_GemmCandidate):
                     "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
                     "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
                     "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py",
-                    "kernels_triton/configs.py")
+                    "kernels_triton/act_quant_config.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works

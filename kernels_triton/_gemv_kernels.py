@@ -165,7 +165,13 @@ def _gemv_kernel(
                 w = w * sw
             elif WSCALE == W_MX:
                 e = tl.load(ws_ptr + n3 * stride_wsn + (k0 + j3 * G) // 32, mask=nok3 & g_ok, other=127)
-                w = w * e8m0_to_f32(e)
+                if X_AS_W:
+                    # 2^(e - 127) scales each thread's 16-product sum below (one multiply per 16 codes, not one
+                    # per code): exact, a power of two commutes with fp32 rounding (the products' and the
+                    # scaled codes' under- and overflow aside).
+                    sw_mx = e8m0_to_f32(e)
+                else:
+                    w = w * e8m0_to_f32(e)
             for mi in tl.static_range(BLOCK_M):
                 m = pid_m * BLOCK_M + mi
                 row_ok = m < M
@@ -201,7 +207,10 @@ def _gemv_kernel(
                     else:
                         xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
                 if X_AS_W:  # (BLOCK_M == 1)
-                    acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3)
+                    if WSCALE == W_MX:
+                        acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3) * sw_mx
+                    else:
+                        acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3)
                 elif BLOCK_M == 1:
                     acc3 += w * xv
                 else:

@@ -118,6 +118,7 @@ class _GemvCandidate(TritonCandidate):
     config_type = GemvConfig
     source_files = ("kernels_triton/_gemv_kernels.py", "kernels_triton/_gemv.py", "kernels_triton/_fp8.py",
                     "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py", "kernels_triton/configs.py",
+                    "kernels_triton/act_quant_config.py",
                     "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
                     "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py")
     x_dtypes = _X_DTYPES

@@ -1,5 +1,6 @@
-"""Typed tuning configs of the Triton decode (GEMV / split-K) kernels and the activation quantizer, with
-defaults and small autotune spaces per target (chosen from feature predicates, never arch strings).
+"""Typed tuning configs of the Triton decode (GEMV / split-K) kernels, with defaults and small autotune spaces per
+target (chosen from feature predicates, never arch strings). The activation quantizer's launch shape lives in
+kernels_triton/act_quant_config.py.
 
 Why these shapes (decode is a weight stream: y[M, N] = x[M, K] W[N, K]^T with M <= 64):
   - Each program reads a [block_n, block_k] tile of the row-major weight per iteration; block_k >= 128
@@ -49,8 +50,12 @@ class GemvConfig(KernelConfig):
                 raise ValueError(f"GemvConfig.{name} must be a power of two, got {getattr(self, name)}")
         if not 1 <= self.block_m <= GEMV_MAX_M:
             raise ValueError(f"GemvConfig.block_m must be in 1..{GEMV_MAX_M}, got {self.block_m}")
-        if not (16 <= self.block_n <= 256 and 32 <= self.block_k <= 1024):
-            raise ValueError(f"GemvConfig: block_n in 16..256 and block_k in 32..1024, got {self.block_n}x{self.block_k}")
+        # The FMA path (block_m <= FMA_MAX_BLOCK_M) takes 4- and 8-row tiles: at one program per row tile they make
+        # 4x / 2x the programs of 16 rows without splitting K. The tensor-core path needs 16 rows (the MMA's).
+        low_n = 4 if self.block_m <= FMA_MAX_BLOCK_M else 16
+        if not (low_n <= self.block_n <= 256 and 32 <= self.block_k <= 1024):
+            raise ValueError(f"GemvConfig: block_n in {low_n}..256 and block_k in 32..1024, got "
+                             f"{self.block_n}x{self.block_k}")
         if self.split_k < 0 or self.num_stages < 1 or self.num_warps > 16:
             raise ValueError(f"GemvConfig: split_k >= 0, num_stages >= 1, num_warps <= 16 (got {self})")
 
@@ -73,36 +78,6 @@ class GemvConfig(KernelConfig):
         if group_k == 32 and self.block_k < 32:
             return f"mxfp8 tiles cover whole 32-groups: block_k >= 32 (got {self.block_k})"
         return ""
-
-
-@dataclasses.dataclass(frozen=True)
-class ActQuantConfig(KernelConfig):
-    """Launch shape of the dynamic activation quantizer (`kernels_triton._act_quant.plan` turns it into tiles).
-
-    block / (32 * num_warps) values per thread: 32 keeps four 128-bit loads of bf16 in flight per thread at ~40-60
-    registers, so 4+ programs of 8 warps stay resident per SM (memory-level parallelism from many programs)."""
-
-    block: int = 8192  # elements per program: a per-tensor tile, ~a per-token tile (whole rows), a 1x128-group tile
-    num_warps: int = 8  # warps per `block` elements (per-token rows scale the warps with the row length)
-    # per-tensor: up to this many elements ONE program computes the amax and casts (one launch, decode sizes;
-    # a single program streams slowly, so only for about one tile). Larger: an amax pass and a cast pass.
-    single_program_max: int = 8192
-    # per-tensor amax pass: programs per SM (each loops over tiles and writes one partial max). All must be
-    # resident at once (a second wave would double the pass); every cast program reduces the partials.
-    amax_programs_per_sm: int = 4
-    # per-token: rows up to this many elements stay in registers (warps scaled to keep values per thread);
-    # longer rows loop twice over the row (the second read mostly from L1/L2).
-    row_max: int = 16384
-    # bf16/fp16 inputs on a GPU: division by a per-group reciprocal + Markstein correction (bit-identical to
-    # IEEE division, see weight_quant._div_by_scale); False: div.rn per element (the reference path, slower).
-    recip_div: bool = True
-
-    def __post_init__(self) -> None:
-        if not _pow2(self.block) or not 128 <= self.block <= 16384 or not _pow2(self.num_warps):
-            raise ValueError(f"ActQuantConfig: block a power of two in 128..16384, num_warps a power of two (got {self})")
-        if self.num_warps > 32 or self.amax_programs_per_sm < 1 or not _pow2(self.row_max) or self.row_max < 128:
-            raise ValueError(f"ActQuantConfig: num_warps <= 32, amax_programs_per_sm >= 1, row_max a power of two "
-                             f">= 128 (got {self})")
 
 
 def auto_split_k(m: int, n: int, k: int, cfg: GemvConfig, sm_count: int) -> int:
@@ -173,6 +148,13 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # the cell's best, against 1.04x / 1.19x for 16 x 512), while mxfp8 keeps 16 x 512 (1.00x / 1.02x, against
             # 1.02x / 1.14x); docs/perf/h200_triton_gemv_journal_m1_2026-11-30_s15.jsonl.gz. M = 2 was not re-measured.
             space = _first(GemvConfig(bm, 16, 512, 0, 4), space)
+        if m == 1 and problem.act.value != "fp8":
+            # Session 32 (tools/perf/probe_triton_gemv.py, 52 configs on 6 shapes at M = 1): 8- and 4-row tiles,
+            # 4x / 8x the programs of 32 rows with no K split, 8 warps. mxfp8: 8 x 512 within 1.04x of each cell's best
+            # on average (1.12x at worst), 0.99-1.30x faster than the 16 x 512 default before (its scale vector's
+            # conversion costs no barrier at 8 warps); fp8_row: 8 x 512 1.03x (32 x 256, kept first, 1.04x).
+            small = [GemvConfig(1, 8, 512, 0, 8), GemvConfig(1, 4, 1024, 0, 8)]
+            space = (_first(small[0], space) if group_k == 32 else space) + small
     if problem.act.value == "fp8":
         # Row-wise fusion (per-token / per-tensor) rereads whole x rows in every program: fine for M <= 4.
         if group_k != 128 and m > 4:
@@ -200,19 +182,3 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):
             seen.append(c)
     return seen
-
-
-def default_act_quant_config(target: Target) -> ActQuantConfig:
-    """The quantizer is memory bound on every target (a few instructions per element, see _act_quant), so one
-    shape serves all: 32 values per thread, 8 warps. Chosen from the sm_90 SASS; timed on the H200 in session 18
-    (tools/perf/probe_act_quant.py: within 0-3.5 % of the best of 27 per-tensor and 9 per-token / per-group shapes,
-    alone and inside the _scaled_mm routes; docs/perf/h200_probe_act_quant_2026-11-30_s18.json)."""
-    del target  # the per-target hook the launcher calls; no target needs other tiles so far
-    return ActQuantConfig()
-
-
-def exact_hw_e4m3_cast(target: Target) -> bool:
-    """Whether Triton's fp32 -> fp8e4nv cast is one correctly rounded instruction on `target` (checked in
-    the AOT PTX/ISA, see tools/isa_report): sm_90 emits cvt.rn.satfinite.e4m3x2.f32. sm_89 goes through
-    f16 (double rounding) and gfx1201 through a software sequence, so they use our exact encoder."""
-    return target.is_cuda and target.has_wgmma

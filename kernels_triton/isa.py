@@ -65,7 +65,7 @@ def variant(kernel: str, target: Target, fn, signature: dict[str, str], constexp
 
 def _fp8_path(arch: str) -> tuple[Target, bool, bool]:
     """(target, fp8 travels as fp8e4nv, the hardware e4m3 cast is exact) for `arch`."""
-    from .configs import exact_hw_e4m3_cast
+    from .act_quant_config import exact_hw_e4m3_cast
 
     t = Target.simulated_for(arch)
     hw = t.has_triton_fp8_dtype

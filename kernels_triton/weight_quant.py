@@ -38,7 +38,7 @@ from dispatch.problem import KernelConfig
 from dispatch.target import Target, detect
 
 from ._fp8 import amax_to_scale, f32_to_e4m3
-from .configs import exact_hw_e4m3_cast
+from .act_quant_config import exact_hw_e4m3_cast
 
 FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
 

@@ -236,7 +236,7 @@ def test_interp_fp8_helpers_exact():
        st.sampled_from(DTYPES), st.integers(0, 2 ** 16), st.sampled_from(["plain", "zero_row", "tiny", "outlier"]),
        st.sampled_from(sorted(INTERP_CONFIGS)), st.booleans())
 def test_interp_act_quant_matches_reference(gran, m, k, dtype, seed, kind, cfg_name, recip):
-    from kernels_triton.configs import ActQuantConfig
+    from kernels_triton.act_quant_config import ActQuantConfig
 
     x = make_x(m, k, dtype, seed, kind)
     cfg = ActQuantConfig(**INTERP_CONFIGS[cfg_name])
@@ -250,7 +250,7 @@ def test_interp_act_quant_matches_reference(gran, m, k, dtype, seed, kind, cfg_n
 def test_interp_crafted_values(shape, kind):
     """Ties, saturation, -0.0, subnormals, the AMAX_FLOOR, NaN and Inf through every granularity, dtype, division
     (IEEE and reciprocal with an exact FMA) and launch shape."""
-    from kernels_triton.configs import ActQuantConfig
+    from kernels_triton.act_quant_config import ActQuantConfig
 
     fmas = 0
     for dtype in DTYPES:
@@ -339,7 +339,7 @@ def test_programmatic_launch_only_where_pdl_allows():
 
 def test_launch_plan_rule():
     from kernels_triton._act_quant import plan
-    from kernels_triton.configs import ActQuantConfig, default_act_quant_config
+    from kernels_triton.act_quant_config import ActQuantConfig, default_act_quant_config
 
     cfg = default_act_quant_config(Target.simulated_for("sm_90"))
     tensor, token, group = (ActGranularity(g) for g in GRANS)
@@ -556,7 +556,7 @@ def test_gpu_every_finite_16bit_value(dtype):
 def test_gpu_config_variants_agree():
     """Other tiles, warps, the per-token loop, single-program per-tensor, and IEEE division give the same bits
     (the launch rule is about speed only). bf16 only: each variant is a fresh compile."""
-    from kernels_triton.configs import ActQuantConfig
+    from kernels_triton.act_quant_config import ActQuantConfig
 
     variants = [ActQuantConfig(block=1024, num_warps=4), ActQuantConfig(block=16384, num_warps=16),
                 ActQuantConfig(row_max=1024, amax_programs_per_sm=1), ActQuantConfig(single_program_max=1 << 22),
@@ -661,11 +661,10 @@ def test_gpu_programmatic_chain_reads_what_the_previous_kernel_wrote():
 
 
 def test_the_default_launch_shape_is_the_measured_one():
-    """The `_scaled_mm` and Triton W8A8 table entries hash kernels_triton/_act_quant.py, not configs.py, where the
-    quantizer's default launch shape lives: a changed default would not stale them. So the default is pinned here to
-    the one those entries ran with (timed in session 18: tools/perf/probe_act_quant.py). Changing it needs their
-    re-tune (tools/perf/retune_w8a8.sh), then this line."""
-    from kernels_triton.configs import ActQuantConfig, default_act_quant_config
+    """The quantizer's default launch shape, pinned to the one the `_scaled_mm` and Triton W8A8 table entries ran with
+    (timed in session 18: tools/perf/probe_act_quant.py). Those candidates hash kernels_triton/act_quant_config.py,
+    where it lives, so a changed default stales them; changing it needs their re-tune, then this line."""
+    from kernels_triton.act_quant_config import ActQuantConfig, default_act_quant_config
 
     want = ActQuantConfig(block=8192, num_warps=8, single_program_max=8192, amax_programs_per_sm=4, row_max=16384,
                           recip_div=True)

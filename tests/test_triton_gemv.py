@@ -65,6 +65,7 @@ def check_close(y: torch.Tensor, x: torch.Tensor, qw, bias, rel: float) -> None:
 
 INTERP_CONFIGS = [  # (block_m, block_n, block_k, split_k, fuse[, num_stages]): FMA and dot paths, split-K 1..3
     (1, 16, 128, 1, True), (2, 16, 128, 3, True), (4, 32, 256, 2, True), (1, 16, 32, 0, False),
+    (1, 4, 128, 0, False), (1, 8, 64, 2, True),  # the 4- and 8-row FMA tiles (session 32)
     (16, 16, 128, 2, True), (16, 32, 64, 1, False), (16, 16, 32, 3, False),
     (16, 32, 128, 2, False, 3),  # pipelined: mxfp8 takes its per-group dots there
 ]
@@ -143,6 +144,10 @@ def test_candidates_support_and_configs():
                             Target.simulated_for("gfx942"))
     with pytest.raises(ValueError):
         GemvConfig(block_m=3)
+    GemvConfig(1, 4, 1024)  # the FMA path takes 4- and 8-row tiles ...
+    for bad in (dict(block_m=1, block_n=2), dict(block_m=16, block_n=8)):  # ... not fewer; the MMA path 16 rows
+        with pytest.raises(ValueError):
+            GemvConfig(**bad)
 
 
 @pytest.mark.skipif(INTERP, reason="launcher of the interpreter subprocess")
@@ -333,13 +338,16 @@ def test_w8a8_decode_space_offers_the_unfused_tensor_core_tile():
             for space in (h200, a100):
                 fused_dot = [c for c in space if c.use_dot and c.fuse_act_quant]
                 assert fused_dot and all(dataclasses.replace(c, fuse_act_quant=False) in space for c in fused_dot)
-    # W8A16 at M = 1: an FMA default (on sm_90 session 15's pick per layout: 32 x 256 without 32-groups, 16 x 512
-    # for mxfp8; 32 x 256 where unmeasured); the tensor-core tile is offered
+    # W8A16 at M = 1: an FMA default (on sm_90 the measured pick per layout: 32 x 256 without 32-groups (session 15),
+    # 8 x 512 with 8 warps for mxfp8 (session 32); 32 x 256 where unmeasured); the tensor-core tile and, on sm_90, the
+    # 8- and 4-row tiles are offered
     p = Problem(Format.FP8_ROW, Act.BF16, m=1, n=4096, k=4096)
     space = gemv_configs(p, Target.simulated_for("sm_90"), 0)
     assert (space[0].block_m, space[0].block_n, space[0].block_k) == (1, 32, 256) and any(c.use_dot for c in space)
+    assert GemvConfig(1, 8, 512, 0, 8) in space and GemvConfig(1, 4, 1024, 0, 8) in space
     mx = gemv_configs(Problem(Format.MXFP8, Act.BF16, m=1, n=4096, k=4096), Target.simulated_for("sm_90"), 32)
-    assert (mx[0].block_m, mx[0].block_n, mx[0].block_k) == (1, 16, 512)
+    assert mx[0] == GemvConfig(1, 8, 512, 0, 8) and GemvConfig(1, 16, 512, 0, 4) in mx
+    assert all(c.block_n >= 16 for c in gemv_configs(p, Target.simulated_for("sm_80"), 0))
     assert gemv_configs(p, Target.simulated_for("sm_80"), 0)[0] == GemvConfig(1, 32, 256, 0, 4)
 
 
@@ -380,8 +388,8 @@ def test_decode_main_loops_convert_no_layouts_through_shared_memory_on_sm90():
     """sm_90 SASS of the decode kernel's CUDA-core path (x read in bf16 or as fp8 codes, 1 token row, no software
     pipeline): no CTA barrier in the K loop (dispatch.isa.main_loop_barriers). Before session 14 a layout
     conversion moved the weight tile through shared memory there, 4-8 barriers per K step. mxfp8 keeps 2 (its scale
-    vector's conversion, small). At 2-8 rows the kernel keeps main's code (the broadcast x spilled on sm_80 / sm_89
-    at 4 and 8). The 3-stage mxfp8 tensor-core path: its pipeline's 2 (11 before)."""
+    vector's conversion, small) with 4 warps, none with 8. At 2-8 rows the kernel keeps main's code (the broadcast x
+    spilled on sm_80 / sm_89 at 4 and 8). The 3-stage mxfp8 tensor-core path: its pipeline's 2 (11 before)."""
     from kernels_triton._gemm_layouts import WScale
     from kernels_triton.configs import GemvConfig
     from kernels_triton.isa import compile_and_inspect, gemv_variant
@@ -391,11 +399,14 @@ def test_decode_main_loops_convert_no_layouts_through_shared_memory_on_sm90():
         for a_mode in (0, 1):
             if a_mode == 1 and ws is WScale.MX32:
                 continue  # mxfp8 is W8A16 only
-            for cfg in (GemvConfig(1, 16, 512), GemvConfig(1, 32, 256), GemvConfig(1, 64, 128)):
+            for cfg in (GemvConfig(1, 16, 512), GemvConfig(1, 32, 256), GemvConfig(1, 64, 128),
+                        GemvConfig(1, 8, 512, 0, 8), GemvConfig(1, 4, 1024, 0, 8)):
                 row = compile_and_inspect(gemv_variant("t", "sm_90", ws, a_mode, cfg, direct=ws is not WScale.TENSOR))
                 assert row.compiled, row.error
                 got[(ws.name, a_mode, cfg.block_m, cfg.block_n)] = row.loop_barriers
-    want = {k: (2 if k[0] == "MX32" else 0) for k in got}
+    # 4 warps: mxfp8's scale vector crosses warps; 8 warps (the 8- and 4-row tiles, mxfp8's sm_90 default) keep it in
+    # each warp
+    want = {k: (2 if k[0] == "MX32" and k[3] >= 16 else 0) for k in got}
     assert got == want
     mma3 = compile_and_inspect(gemv_variant("t", "sm_90", WScale.MX32, 0, GemvConfig(16, 64, 128, 0, 4, 3)))
     assert mma3.compiled and mma3.loop_barriers <= 2, mma3

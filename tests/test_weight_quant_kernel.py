@@ -390,7 +390,7 @@ def test_gpu_every_finite_16bit_value(dtype):
 def test_gpu_config_variants_agree():
     """Other tiles, warp counts and paths give the same bits (the rule's choice is only about speed)."""
     from dispatch.target import detect
-    from kernels_triton.configs import exact_hw_e4m3_cast
+    from kernels_triton.act_quant_config import exact_hw_e4m3_cast
     from kernels_triton.weight_quant import WeightQuantConfig, quantize_weight
 
     cvt = exact_hw_e4m3_cast(detect("cuda"))  # the hardware cast only where it is exact (sm_90)

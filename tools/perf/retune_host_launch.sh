@@ -3,6 +3,9 @@
 # kernels_cuda/_wgmma_gemm.py: the entries of triton.w8a16_gemm, triton.w8a8_gemm, torch.scaled_mm_* and
 # cuda.w8a16_gemm_wgmma go stale; the kernels they launch did not change, the host code around the launch did).
 #   OUT=dir [WORK=dir of an earlier call, to resume] [STEPS="prefill decode tiles merge"] bash tools/perf/retune_host_launch.sh
+# Session 32 re-ran it for the W8A8 candidates alone after their quantizer's config moved to
+# kernels_triton/act_quant_config.py (no executed code changed for them):
+#   ONLY_PREFILL="triton.w8a8_gemm,torch.scaled_mm_*" PREFILL_FORMATS=fp8_block,fp8_tensor,fp8_row:fp8 OUT=dir bash ...
 # Only the candidates whose sources changed are re-measured (--only), each with its first config and the config the
 # table chose (--keep-configs): the other candidates' code and times did not change, and they lost to the stale winner.
 #   prefill  M = 64..4096, every format (160 keys), budget PREFILL_BUDGET (400 s);
@@ -15,14 +18,14 @@
 source "$(dirname "$0")/device_env.sh"; DEST=$OUT
 WORK=${WORK:-$(mktemp -d)}; mkdir -p "$WORK"
 STEPS=${STEPS:-prefill decode tiles merge}
-ONLY_PREFILL="triton.w8a16_gemm,triton.w8a8_gemm,torch.scaled_mm_*,cuda.w8a16_gemm_wgmma"
+ONLY_PREFILL=${ONLY_PREFILL:-"triton.w8a16_gemm,triton.w8a8_gemm,torch.scaled_mm_*,cuda.w8a16_gemm_wgmma"}
 ONLY_DECODE="triton.w8a8_gemm,torch.scaled_mm_*"
 AT="python3 -m tools.autotune --no-bf16 --top-k 2 --retune --max-configs 1"
 t0=$(date +%s)
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 if has prefill; then
   $AT --keep-configs tuning_db/nvidia_h200.yaml --only "$ONLY_PREFILL" --shapes baseline --m 64,256,1024,4096 \
-    --formats fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8 --budget-s "${PREFILL_BUDGET:-400}" \
+    --formats "${PREFILL_FORMATS:-fp8_block,fp8_tensor,fp8_row,mxfp8,fp8_row:fp8}" --budget-s "${PREFILL_BUDGET:-400}" \
     --table "$WORK/t_prefill.yaml" --out "$WORK/at_prefill" > "$WORK/at_prefill.log" 2>&1
   echo "prefill autotune rc=$? $(( $(date +%s) - t0 )) s: $(grep -c '"status": "ok"' "$WORK/at_prefill/journal.jsonl") ok records"
   tail -2 "$WORK/at_prefill.log"
