@@ -13,6 +13,7 @@ the indexing and the arithmetic, NOT a GPU validation.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -75,15 +76,29 @@ def kernel_group(cfg: GemvConfig, wscale: WScale) -> int:
     return cfg.block_k
 
 
+# FP8DISPATCH_TRITON_FAST_BF16=0 also restores Triton's own fp8 -> bf16 conversion here (as in the W8A16 GEMM,
+# _gemm_launch.FAST_BF16_DECODE: the A/B switch).
+FAST_BF16_DECODE = os.environ.get("FP8DISPATCH_TRITON_FAST_BF16", "1") != "0"
+
+
+def fast_bf16_decode(wscale: WScale, a_mode: int, x_is_bf16: bool, ieee: bool, nvidia: bool) -> bool:
+    """Whether the tensor-core path decodes an mxfp8 weight with _fp8.e4m3_to_bf16_scaled (NVIDIA PTX, the W8A16
+    GEMM's FAST_BF16): bf16 activations, never the interpreter, never ROCm. MX only: on the H200 (session 32, M = 16)
+    it made mxfp8 1.18-1.44x faster, and the plain decode (_fp8.e4m3_to_bf16_spread) made fp8_row 1.00-1.06x slower
+    per config."""
+    return FAST_BF16_DECODE and wscale is WScale.MX32 and a_mode == 0 and x_is_bf16 and not ieee and nvidia
+
+
 def gemv_constexprs(wscale: WScale, a_mode: int, cfg: GemvConfig, *, hw: bool, cvt: bool, ieee: bool,
-                    has_bias: bool, direct: bool, wgmma: bool, pdl: bool = False) -> dict[str, Any]:
+                    has_bias: bool, direct: bool, wgmma: bool, pdl: bool = False,
+                    fast_bf16: bool = False) -> dict[str, Any]:
     """The constexpr arguments of `_gemv_kernel` for one launch (the ISA report compiles the same ones). `wgmma`:
     the target's tensor-core path is wgmma (sm_90), whose register operands the kernel must guard (_wgmma). `pdl`:
-    launched programmatically (kernels_triton._pdl)."""
+    launched programmatically (kernels_triton._pdl). `fast_bf16`: fast_bf16_decode (tensor-core path only)."""
     return dict(WSCALE=int(wscale), A_MODE=a_mode, HW_FP8=hw, HW_CVT=cvt, USE_DOT=cfg.use_dot, IEEE_DOT=ieee,
                 HAS_BIAS=has_bias, DIRECT_OUT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 BLOCK_K=cfg.block_k, G=kernel_group(cfg, wscale), NUM_STAGES=cfg.num_stages,
-                WGMMA_DRAIN=wgmma and cfg.use_dot and not ieee, PDL=pdl)
+                WGMMA_DRAIN=wgmma and cfg.use_dot and not ieee, PDL=pdl, FAST_BF16=fast_bf16 and cfg.use_dot)
 
 
 def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -113,13 +128,14 @@ def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg
     ieee = interpret or x_arg.dtype == torch.float32
     bias_arg = bias if bias is not None else out
     pdl = pdl_launch(x_arg.device)  # False on the CPU interpreter, ROCm, sm_80/89 and with FP8DISPATCH_PDL=0
+    fast = fast_bf16_decode(wscale, a_mode, x_arg.dtype == torch.bfloat16, ieee, torch.version.hip is None)
     grid = (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m))
     kern._gemv_kernel[grid](
         x_arg, xs_arg, w, ws, bias_arg, out, part,
         m, n, k, split,
         x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
         **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct,
-                          wgmma=not interpret and detect(x_arg.device).has_wgmma, pdl=pdl),
+                          wgmma=not interpret and detect(x_arg.device).has_wgmma, pdl=pdl, fast_bf16=fast),
         num_warps=cfg.num_warps, **launch_options(pdl),
     )
     if not direct:

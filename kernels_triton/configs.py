@@ -177,6 +177,10 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
             # cells at M = 1 (median 1.00x, worst 1.03x of the cell's best; the 3-stage tensor-core tile above
             # 1.11x / 1.24x); docs/perf/h200_triton_gemv_journal_m1_2026-11-30_s15.jsonl.gz
             space = _first(GemvConfig(1, 32, 256, 0, 4, fuse_act_quant=False), space)
+            # Session 32 (tools/perf/probe_triton_gemv.py, unfused, 18 cells at M = 1): the 4- and 8-row tiles were
+            # the fastest in 11 (fp8_row/fp8 4096x14336 58 -> 73 % of the copy rate against session 15's best)
+            space += [GemvConfig(1, 8, 512, 0, 8, fuse_act_quant=False), GemvConfig(1, 4, 1024, 0, 8, fuse_act_quant=False),
+                      GemvConfig(1, 8, 1024, 0, 4, fuse_act_quant=False)]
     seen: list[GemvConfig] = []
     for c in space:
         if c not in seen and not c.legal_for(group_k, problem.act.value == "fp8" and group_k == 128):

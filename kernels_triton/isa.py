@@ -77,7 +77,7 @@ def gemv_variant(name: str, arch: str, wscale, a_mode: int, cfg, x: str = "bf16"
     layout, activation mode (0 bf16/fp16 x, 1 fp8 codes, 2 fused quantization) and GemvConfig."""
     from . import _gemv_kernels as K
     from ._gemm_layouts import WScale
-    from ._gemv import gemv_constexprs
+    from ._gemv import fast_bf16_decode, gemv_constexprs
 
     t, hw, cvt = _fp8_path(arch)
     codes = "*fp8e4nv" if hw else "*u8"
@@ -87,7 +87,8 @@ def gemv_variant(name: str, arch: str, wscale, a_mode: int, cfg, x: str = "bf16"
            "stride_xsm": "i32", "stride_wsn": "i32", "stride_om": "i32"}
     from ._pdl import pdl_target
     cx = gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=False, has_bias=True, direct=direct,
-                         wgmma=t.has_wgmma, pdl=pdl_target(t))
+                         wgmma=t.has_wgmma, pdl=pdl_target(t),
+                         fast_bf16=fast_bf16_decode(wscale, a_mode, x == "bf16", False, t.is_cuda))
     return variant(name, t, K._gemv_kernel, sig, cx, cfg.num_warps, cfg.num_stages, ("N", "K", "stride_xm", "stride_om"))
 
 
