@@ -162,16 +162,20 @@ def _gemv_kernel(
             k_ok = kidx < K
             w = load_w_f32(w_ptr + n3 * K + kidx, nok3 & k_ok, HW_FP8)
             g_ok = (k0 + j3 * G) < K  # [1, KG, 1]: group exists
+            # X_AS_W: a K-group scale (block, MX; and the x group scale of W8A8 blocks below) multiplies each
+            # thread's 16-product sum (its 16 codes lie in one group) instead of every code: one multiply per 16.
+            # The W8A8 block semantics are that form (each group's code products summed, then scaled); for MX the
+            # power of two commutes with fp32 rounding (under- and overflow of the products and codes aside).
             if WSCALE == W_BLOCK:
                 sw = tl.load(ws_ptr + (n3 // 128) * stride_wsn + (k0 + j3 * G) // 128, mask=nok3 & g_ok, other=0.0)
-                w = w * sw
+                if X_AS_W:
+                    gsc = sw
+                else:
+                    w = w * sw
             elif WSCALE == W_MX:
                 e = tl.load(ws_ptr + n3 * stride_wsn + (k0 + j3 * G) // 32, mask=nok3 & g_ok, other=127)
                 if X_AS_W:
-                    # 2^(e - 127) scales each thread's 16-product sum below (one multiply per 16 codes, not one
-                    # per code): exact, a power of two commutes with fp32 rounding (the products' and the
-                    # scaled codes' under- and overflow aside).
-                    sw_mx = e8m0_to_f32(e)
+                    gsc = e8m0_to_f32(e)
                 else:
                     w = w * e8m0_to_f32(e)
             for mi in tl.static_range(BLOCK_M):
@@ -195,7 +199,10 @@ def _gemv_kernel(
                     xv = load_w_f32(xm, k_ok & row_ok, HW_FP8)
                     if WSCALE == W_BLOCK:
                         xsg = tl.load(xs_ptr + m * stride_xsm + (k0 + j3 * G) // 128, mask=g_ok & row_ok, other=0.0)
-                        xv = xv * xsg
+                        if X_AS_W:
+                            gsc = gsc * xsg
+                        else:
+                            xv = xv * xsg
                     # per-token / per-tensor x scales are applied in the epilogue
                 else:
                     xv = tl.load(xm, mask=k_ok & row_ok, other=0.0).to(tl.float32)
@@ -209,8 +216,8 @@ def _gemv_kernel(
                     else:
                         xv = _code_value(xv, xs_all, HW_FP8, HW_CVT)
                 if X_AS_W:  # (BLOCK_M == 1)
-                    if WSCALE == W_MX:
-                        acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3) * sw_mx
+                    if WSCALE == W_MX or WSCALE == W_BLOCK:
+                        acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3) * gsc
                     else:
                         acc3 += tl.sum(tl.reshape(w * xv, (BLOCK_N, KG, G // 16, 16)), 3)
                 elif BLOCK_M == 1:

@@ -11,7 +11,7 @@ bench's (graph replay over weight copies rotating through > 3.3x L2, median); W8
 quantization. One JSON line per cell; a table last.
 
     python -m tools.perf.probe_triton_gemv [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,mxfp8]
-        [--space fma|dot|all] [--out probe.jsonl]
+        [--space fma|dot|all] [--tiles 32x256,8x512] [--out probe.jsonl]
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ DOT_TILES = [(32, 128, 1), (64, 128, 1), (128, 128, 1), (64, 128, 3), (128, 128,
              (128, 64, 1), (64, 64, 3)]
 
 
-def configs(m: int, w8a8: bool, space: str) -> list:
+def configs(m: int, w8a8: bool, space: str, tiles: list | None = None) -> list:
+    """The configs timed per cell; `tiles`: only these (block_n, block_k) of the FMA path."""
     from kernels_triton.configs import GemvConfig
 
     bm = 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else (8 if m <= 8 else (16 if m <= 16 else 32))))
     out = []
     if space in ("fma", "all") and bm <= 8:
-        for (bn, bk), warps, split in itertools.product(FMA_TILES, (4, 8), (0, 1)):
+        for (bn, bk), warps, split in itertools.product(tiles or FMA_TILES, (4, 8), (0, 1)):
             out.append(GemvConfig(bm, bn, bk, split, warps, 1, fuse_act_quant=False))
     if space in ("dot", "all") or bm > 8:
         for (bn, bk, st), split in itertools.product(DOT_TILES, (0, 1)):
@@ -52,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = parser(__doc__, m="1,16", formats="fp8_row,mxfp8", shapes="28672x4096,4096x14336,128256x4096,8192x8192,"
                 "4096x4096,6144x4096")
     ap.add_argument("--space", default="fma", choices=("fma", "dot", "all"))
+    ap.add_argument("--tiles", help="only these FMA tiles, e.g. 32x256,8x512 (block_n x block_k)")
     args = ap.parse_args(argv)
+    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")] if args.tiles else None
     probe = Probe(args)
     copy_gbps = measure_ceilings(probe.timer, "cuda").copy_gbps
     print(f"copy {copy_gbps:.1f} GB/s", flush=True)
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         ref = None
         times: list[tuple[float, dict]] = []
         errors: dict[str, str] = {}
-        for cfg in configs(c.m, w8a8, args.space):
+        for cfg in configs(c.m, w8a8, args.space, tiles):
             name = f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} split{cfg.split_k}"
             try:
                 y = launch(c.x, c.ws.copies[0], config=cfg).float()
