@@ -111,6 +111,8 @@ def _gemv_variants(arch: str) -> list[IsaVariant]:
         add(f"w8a16_gemv_fma[{n}]", ws, 0, fma, direct=ws is not WScale.TENSOR)
         add(f"w8a16_gemv_mma[{n}]", ws, 0, dot)
     add("w8a16_gemv_mma[mx32,fp16]", WScale.MX32, 0, dot, x="fp16")
+    # the 8-row tile with 8 warps: mxfp8's sm_90 default at M = 1 (session 32)
+    add("w8a16_gemv_fma_8rows[mx32]", WScale.MX32, 0, GemvConfig(1, 8, 512, 0, 8))
     for ws in (WScale.TENSOR, WScale.ROW, WScale.BLOCK128):
         n = {WScale.TENSOR: "tensor", WScale.ROW: "token_row", WScale.BLOCK128: "group_block"}[ws]
         # fused 1x128 groups take block_m >= 4; 16 rows on gfx1201, whose default it is there (32 rows spill)

@@ -11,7 +11,7 @@ bench's (graph replay over weight copies rotating through > 3.3x L2, median); W8
 quantization. One JSON line per cell; a table last.
 
     python -m tools.perf.probe_triton_gemv [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,mxfp8]
-        [--space fma|dot|all] [--tiles 32x256,8x512] [--out probe.jsonl]
+        [--space fma|dot|all] [--tiles 32x256,8x512] [--dot-warps 4,8] [--out probe.jsonl]
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ DOT_TILES = [(32, 128, 1), (64, 128, 1), (128, 128, 1), (64, 128, 3), (128, 128,
              (128, 64, 1), (64, 64, 3)]
 
 
-def configs(m: int, w8a8: bool, space: str, tiles: list | None = None) -> list:
-    """The configs timed per cell; `tiles`: only these (block_n, block_k) of the FMA path."""
+def configs(m: int, w8a8: bool, space: str, tiles: list | None = None, dot_warps: tuple = (4,)) -> list:
+    """The configs timed per cell; `tiles`: only these (block_n, block_k) of the FMA path; `dot_warps`: the warps of
+    the tensor-core configs."""
     from kernels_triton.configs import GemvConfig
 
     bm = 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else (8 if m <= 8 else (16 if m <= 16 else 32))))
@@ -38,8 +39,8 @@ def configs(m: int, w8a8: bool, space: str, tiles: list | None = None) -> list:
         for (bn, bk), warps, split in itertools.product(tiles or FMA_TILES, (4, 8), (0, 1)):
             out.append(GemvConfig(bm, bn, bk, split, warps, 1, fuse_act_quant=False))
     if space in ("dot", "all") or bm > 8:
-        for (bn, bk, st), split in itertools.product(DOT_TILES, (0, 1)):
-            out.append(GemvConfig(max(bm, 16), bn, bk, split, 4, st, fuse_act_quant=False))
+        for (bn, bk, st), split, warps in itertools.product(DOT_TILES, (0, 1), dot_warps):
+            out.append(GemvConfig(max(bm, 16), bn, bk, split, warps, st, fuse_act_quant=False))
     return out
 
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
                 "4096x4096,6144x4096")
     ap.add_argument("--space", default="fma", choices=("fma", "dot", "all"))
     ap.add_argument("--tiles", help="only these FMA tiles, e.g. 32x256,8x512 (block_n x block_k)")
+    ap.add_argument("--dot-warps", default="4", help="warps of the tensor-core configs, e.g. 4,8")
     args = ap.parse_args(argv)
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")] if args.tiles else None
     probe = Probe(args)
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         ref = None
         times: list[tuple[float, dict]] = []
         errors: dict[str, str] = {}
-        for cfg in configs(c.m, w8a8, args.space, tiles):
+        for cfg in configs(c.m, w8a8, args.space, tiles, tuple(int(w) for w in args.dot_warps.split(","))):
             name = f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} split{cfg.split_k}"
             try:
                 y = launch(c.x, c.ws.copies[0], config=cfg).float()
