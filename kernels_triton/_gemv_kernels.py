@@ -11,8 +11,11 @@ Two inner paths, chosen by the constexpr USE_DOT:
     scale group along K (32 mx, 128 block, BLOCK_K otherwise), so group scales broadcast without reshapes.
   - tensor cores (BLOCK_M >= 16): acc^T[BLOCK_N, BLOCK_M] = W_tile . x_tile^T, the weight as the wide (M)
     operand. bf16/fp16 MMA on exactly decoded codes, W8A8 included (no fp8 MMA: sm_90 fp8 wgmma
-    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32 (mxfp8 with a
-    software pipeline: one per 32-wide scale group, scaled by its 2^e in fp32).
+    accumulates in reduced precision, see the W8A8 branch), one fresh dot per K tile added in fp32 (mxfp8: 2^e
+    folded into the decoded tile, in bf16x2 FMAs with FAST_BF16 (NVIDIA, bf16 x); without FAST_BF16 and with a
+    software pipeline, one dot per 32-wide scale group, scaled by its 2^e in fp32).
+
+FMA path, one token row: K-group scales (block, MX) multiply each thread's 16-product sum, not every code.
 
 Split-K > 1 writes fp32 partials to a workspace [SPLIT_K, M, N] and `_splitk_reduce.splitk_reduce` sums them
 in a fixed order (deterministic: no atomics on the output), adding the bias and casting.
@@ -270,7 +273,8 @@ def _gemv_kernel(
                     # bf16 straight from the codes in integer ops and bf16x2 FMAs that multiply by 2^e too (the
                     # prefill GEMM's FAST_BF16 MX_PRESCALE: one rounding of code x 2^e, as the fp32 product rounded
                     # to bf16), the exponents broadcast along K in registers. Session 32 (H200, M = 16): 1.18-1.44x
-                    # faster than the 3-D fp32 form below was; the same decode on the other layouts was not faster.
+                    # faster than the 3-D fp32 form before; the same bit decode on the other layouts was not faster.
+                    # (The codes are loaded before the exponents here, after them below: the order that was timed.)
                     codes = tl.load(w_ptr + offs_n[:, None] * K + kk[None, :], mask=wmask, other=0.0)
                     offs_g = tl.arange(0, BLOCK_K // 32)
                     e = tl.load(ws_ptr + offs_n[:, None] * stride_wsn + (k0 // 32 + offs_g)[None, :],
