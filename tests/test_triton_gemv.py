@@ -112,6 +112,23 @@ def test_interp_gemv_out_dtype_and_nan():
     assert y[1].isnan().all() and not y[0].isnan().any()
 
 
+@interp_only
+@pytest.mark.parametrize("fa", FORMAT_ACTS, ids=lambda fa: f"{fa[0]}-{fa[1]}")
+def test_interp_one_row_group_scales_on_partial_sums(fa):
+    """The 1-row FMA path scales each thread's 16-product sum by its K group's scales (block weight and x group
+    scales, MX 2^e; session 32), on the 4- and 8-row tiles: partial last groups (K = 300: 2 whole 128-groups and 44,
+    9 whole 32-groups and 12), rows past N, split K and none, against the dequantized reference."""
+    from kernels_triton._gemv import w8a8_gemv, w8a16_gemv
+    from kernels_triton.configs import GemvConfig
+
+    fmt, act = fa
+    qw = dispatch.quantize(make_weight(37, 300, 7), fmt, act=act)
+    x = make_x(1, 300, torch.bfloat16, 7)
+    f = w8a8_gemv if act == "fp8" else w8a16_gemv
+    for cfg in (GemvConfig(1, 8, 64, 0, 8, fuse_act_quant=False), GemvConfig(1, 4, 128, 2, 4, fuse_act_quant=False)):
+        check_close(f(x, qw, None, torch.float32, cfg, hw_fp8=False), x, qw, None, 1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Pure (no kernels): candidates' support answers and config spaces.
 
