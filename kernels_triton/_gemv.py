@@ -84,7 +84,7 @@ FAST_BF16_DECODE = os.environ.get("FP8DISPATCH_TRITON_FAST_BF16", "1") != "0"
 def fast_bf16_decode(wscale: WScale, a_mode: int, x_is_bf16: bool, ieee: bool, nvidia: bool) -> bool:
     """Whether the tensor-core path decodes an mxfp8 weight with _fp8.e4m3_to_bf16_scaled (NVIDIA PTX, the W8A16
     GEMM's FAST_BF16): bf16 activations, never the interpreter, never ROCm. MX only: on the H200 (session 32, M = 16)
-    it made mxfp8 1.18-1.44x faster, and the plain decode (_fp8.e4m3_to_bf16_spread) made fp8_row 1.00-1.06x slower
+    it made mxfp8 1.19-1.44x faster, and the plain decode (_fp8.e4m3_to_bf16_spread) made fp8_row 1.00-1.06x slower
     per config."""
     return FAST_BF16_DECODE and wscale is WScale.MX32 and a_mode == 0 and x_is_bf16 and not ieee and nvidia
 
