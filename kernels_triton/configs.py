@@ -20,13 +20,11 @@ import math
 from dispatch.problem import KernelConfig, Problem
 from dispatch.target import Target
 
+from .act_quant_config import _pow2
+
 # Largest M the decode kernels serve; above it the prefill GEMMs (kernels_triton/_gemm*.py) take over.
 GEMV_MAX_M = 64
 FMA_MAX_BLOCK_M = 8  # block_m above this uses tl.dot
-
-
-def _pow2(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +149,8 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         if m == 1 and problem.act.value != "fp8":
             # Session 32 (tools/perf/probe_triton_gemv.py, 52 configs on 6 shapes at M = 1): 8- and 4-row tiles,
             # 4x / 8x the programs of 32 rows with no K split, 8 warps. mxfp8: 8 x 512 within 1.04x of each cell's best
-            # on average (1.12x at worst), 0.99-1.30x faster than the 16 x 512 default before (its scale vector's
-            # conversion costs no barrier at 8 warps); fp8_row: 8 x 512 1.03x (32 x 256, kept first, 1.04x).
+            # on average (1.12x at worst), 0.99-1.30x faster than the 16 x 512 default before (at 8 rows and 8 warps
+            # its scale vector's conversion costs no barrier); fp8_row: 8 x 512 1.03x (32 x 256, kept first, 1.04x).
             small = [GemvConfig(1, 8, 512, 0, 8), GemvConfig(1, 4, 1024, 0, 8)]
             space = (_first(small[0], space) if group_k == 32 else space) + small
     if problem.act.value == "fp8":
