@@ -247,12 +247,15 @@ def test_fallback_on_the_untabled_shapes_at_prefill_m():
     Session 21 (the pad.k16 route; its re-measurement of 3000x1000 replaces those 8 cells): 28 and 28. The new misses
     are the two of test_unaligned_k_replay at M = 256 / 4096 (the dequantize route 1.28x / 1.34x faster than the
     padded route the heuristic picks); the other 6 of those cells went from the Triton GEMMs and the dequantize route
-    to the padded route, up to 12x faster (fp8_tensor/fp8 M = 4096: 74 against 826 us)."""
+    to the padded route, up to 12x faster (fp8_tensor/fp8 M = 4096: 74 against 826 us).
+
+    Session 33 (the dequantize route's fixed cost for MX / block scales 10 -> 6 us: two launches, no output pass;
+    dispatch/heuristic.py): 29 and 29, mxfp8/bf16 3000x1000 M = 256 now the dequantize route."""
     cells = _overlay(json.loads(UNTABLED_S11.read_text())["main"], UNTABLED_BLOCK_S16, 8)
     # session 21 re-measured 3000x1000 with every candidate, pad.k16 among them: those cells replace the older ones
     data = {"main": _overlay(cells, UNALIGNED_K_PAD_S21, 8, whole=False)}
     # these runs predate the wgmma GEMM (session 28): it cannot judge it (with it, 4 W8A16 cells pick it unmeasured)
-    _assert_replay(data, cells=32, chain=28, alone=28, without_candidates=("cuda.w8a16_gemm_wgmma",))
+    _assert_replay(data, cells=32, chain=29, alone=29, without_candidates=("cuda.w8a16_gemm_wgmma",))
 
 
 UNTABLED_W8A16_S28 = REPO / "docs/perf/h200_candidates_untabled_w8a16_2026-12-01_s28.json"
@@ -275,8 +278,11 @@ def test_fallback_on_the_untabled_shapes_w8a16_with_the_wgmma_gemm():
     GEMM is now lent to fp8_row 2112x7168 M = 4096: its time model finds 192-token tiles (22 x 17 = 374 CTAs, 2.8
     waves) and it ran 1.08x the dequantize route there (209 us at that config against 183). Session 28's rows of that
     cell were timed at 256-token tiles, so replayed on session 28's data the chain now reads 14: the newer run replaces
-    it."""
-    _assert_replay(json.loads(UNTABLED_W8A16_S30.read_text()), cells=16, chain=15, alone=15)
+    it.
+
+    Session 33's refit of the dequantize route's fixed cost for MX / block scales (10 -> 6 us, dispatch/heuristic.py)
+    ranks the miss right on this run's data: 16 and 16 (replayed, not re-run live)."""
+    _assert_replay(json.loads(UNTABLED_W8A16_S30.read_text()), cells=16, chain=16, alone=16)
 
 
 UNTABLED_M1_S27 = REPO / "docs/perf/h200_candidates_untabled_m1_2026-12-01_s27.json"
@@ -348,11 +354,13 @@ def test_unaligned_k_replay():
     was the fastest in 18 of 20 cells, 1.4-12x faster than the unaligned kernels at W8A8 (fp8_block M = 4096: 66 us
     against the Triton GEMM's 455). The two others are the dequantize route's: fp8_row/bf16 M = 4096 (63.7 us, pad
     85.5: its inner problem goes to the Triton GEMM, whose prior is optimistic there) and mxfp8/bf16 M = 256 (10.0
-    against 12.8). The heuristic alone picks within 15 % in 18 of 20: those two are its misses (1.34x, 1.28x)."""
+    against 12.8). The heuristic alone picks within 15 % in 18 of 20: those two are its misses (1.34x, 1.28x).
+    Session 33 (the dequantize route's fixed cost for MX / block scales 10 -> 6 us): 19, the mxfp8 cell right (its
+    route estimated 11.7 us against the padded route's 12.1)."""
     data = json.loads(UNALIGNED_K_PAD_S21.read_text())
     r = evaluate(data)
     assert r["cells"] == 20
-    assert r["within"] >= 18, r["misses"]
+    assert r["within"] >= 19, r["misses"]
 
 
 def test_fallback_without_the_cuda_backend():

@@ -32,7 +32,7 @@ GRANULARITIES = ("per_tensor", "per_token", "per_token_group_128")
 
 
 def _configs(granularity: str, quick: bool):
-    from kernels_triton.configs import ActQuantConfig
+    from kernels_triton.act_quant_config import ActQuantConfig
     blocks = (4096, 8192, 16384) if quick else (2048, 4096, 8192, 16384)
     warps = (4, 8, 16)
     amax = (2, 4, 8) if granularity == "per_tensor" else (4,)
