@@ -220,3 +220,38 @@ def test_ab_pdl_switches_flip_what_they_name_and_restore(family):
     assert sw.get() is True and _pdl.ENABLED and _act_quant.PDL
     if family == "cuda_act_quant":
         assert launch.act_quant_module() == before
+
+
+def test_triton_gemv_probe_spaces_and_switches():
+    """tools/perf/probe_triton_gemv.py: --dot-tiles replaces the tensor-core tiles (each with and without a K split),
+    --tiles the FMA ones; --toggle accepts only boolean switches of kernels_triton._gemv."""
+    pytest.importorskip("triton")
+    from tools.perf import probe_triton_gemv as P
+
+    dot = P.configs(16, False, "dot", dot_tiles=[(16, 128, 4), (64, 256, 3)])
+    assert {(c.block_n, c.block_k, c.num_stages, c.split_k) for c in dot} == \
+        {(16, 128, 4, 0), (16, 128, 4, 1), (64, 256, 3, 0), (64, 256, 3, 1)}
+    assert all(c.block_m == 16 and c.use_dot for c in dot)
+    fma = P.configs(1, False, "fma", tiles=[(8, 512)])
+    assert {(c.block_n, c.block_k, c.num_warps) for c in fma} == {(8, 512, 4), (8, 512, 8)}
+    with pytest.raises(SystemExit, match="not a boolean switch"):
+        P.main(["--toggle", "GEMV_MAX_M"])
+
+
+def test_prefill_budget_gemm_alone_is_the_routes_gemm():
+    """tools/perf/prefill_budget.py times the route's `_scaled_mm` on codes quantized beforehand: on CPU (per-tensor and
+    rowwise `_scaled_mm` run there) it gives the dispatched route's bits."""
+    import torch
+
+    import dispatch
+    from dispatch.formats import ActGranularity
+    from dispatch.torch_candidates import quantize_act
+    from tools.perf.prefill_budget import GRANULARITY, _gemm_call
+
+    w = torch.randn(256, 512)
+    x = torch.randn(64, 512, dtype=torch.bfloat16)
+    for fmt in ("fp8_tensor", "fp8_row"):
+        qw = dispatch.quantize(w.bfloat16(), fmt, act="fp8")
+        assert dispatch.explain(x, qw).candidate_id.startswith("torch.scaled_mm"), fmt  # the route compared
+        xq, xs = quantize_act(x, ActGranularity(GRANULARITY[fmt]))
+        assert torch.equal(_gemm_call(fmt, xq, xs, [qw])(0), dispatch.linear(x, qw)), fmt
