@@ -12,11 +12,12 @@ quantization. One JSON line per cell; a table last.
 
     python -m tools.perf.probe_triton_gemv [--shapes 4096x14336,...] [--m 1,16] [--formats fp8_row,mxfp8]
         [--space fma|dot|all] [--tiles 32x256,8x512] [--dot-tiles 64x128x3,64x256x4] [--dot-warps 4,8]
-        [--toggle PREFETCH_CODES,EARLY_TRIGGER] [--out probe.jsonl]
+        [--toggle FAST_BF16_DECODE] [--out probe.jsonl]
 
 --toggle: an A/B inside the run: each config is timed with these boolean switches of kernels_triton._gemv all off
 and all on, in alternating order (best of two rounds each); the row's "all" entries then carry "us_off" too and the
-cell gets "best_off".
+cell gets "best_off". The switches are put back as they were at the end. (Session 33 timed its pre-wait load this
+way: PREFETCH_CODES and EARLY_TRIGGER of docs/perf/h200_s33_gemv_prewait_load.patch.)
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dot-tiles", help="only these tensor-core tiles, e.g. 64x128x3,64x256x4 (block_n x block_k x "
                     "num_stages)")
     ap.add_argument("--dot-warps", default="4", help="warps of the tensor-core configs, e.g. 4,8")
-    ap.add_argument("--toggle", help="boolean switches of kernels_triton._gemv timed off and on, e.g. PREFETCH_CODES")
+    ap.add_argument("--toggle", help="boolean switches of kernels_triton._gemv timed off and on, e.g. FAST_BF16_DECODE")
     args = ap.parse_args(argv)
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")] if args.tiles else None
     dot_tiles = [tuple(int(v) for v in t.split("x")) for t in args.dot_tiles.split(",")] if args.dot_tiles else None
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in toggles:
         if not isinstance(getattr(_gemv, name, None), bool):
             raise SystemExit(f"--toggle {name}: not a boolean switch of kernels_triton._gemv")
+    shipped = {name: getattr(_gemv, name) for name in toggles}
 
     def switched(on: bool, fn):
         def run(*a, **kw):
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
             row["toggles"] = toggles
         probe.emit(row, f"{c.fmt.value}/{c.act.value} {c.n}x{c.k} M={c.m}: best {row['best']} "
                         f"{row['pct_copy']:.1f} % copy, {row['x_bf16']:.2f}x bf16; {len(errors)} errors")
+    for name, value in shipped.items():
+        setattr(_gemv, name, value)
     off_hdr = " best off us | % copy off | per-config on/off |" if toggles else ""
     print(f"\n| format/act | N x K | M | best config | us | % copy | x bf16 |{off_hdr}\n"
           f"|---|---|---|---|---|---|---|{'---|---|---|' if toggles else ''}")
