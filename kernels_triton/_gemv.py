@@ -2,6 +2,8 @@
 
 Both launch on the current stream, never synchronize the host and never read tensor values; lengths are
 runtime kernel arguments (M and the split count are not even specialized on, so a new M never recompiles).
+Launches go through `_fast_launch` with the derivation cached per key (`_spec`): an eager call's host time is
+mostly the allocations and the two launches (the JIT path cost 1.6-1.8x as much, session 34).
 
 `hw_fp8=None` picks the target's fp8 path (Target.has_triton_fp8_dtype); `hw_fp8=False` forces the
 sm_80 path (uint8 codes + software e4m3 decode, bf16 MMA for W8A8), which is how the GPU tests exercise
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -23,6 +25,7 @@ from dispatch.formats import Act, Format, QWeight
 from dispatch.target import detect
 
 from . import _act_quant
+from ._fast_launch import launch
 from ._gemm_layouts import W8A16_LAYOUT, WScale
 from ._pdl import launch_options, pdl_launch
 from .configs import GEMV_MAX_M, GemvConfig, auto_split_k
@@ -111,40 +114,69 @@ def _weight_args(qw: QWeight, hw: bool) -> tuple[torch.Tensor, torch.Tensor, int
     return w, qw.scale, 0
 
 
+class _Spec(NamedTuple):
+    """What one GEMV launch derives from shapes, dtypes, the config, the device and the switches (_spec)."""
+
+    split: int  # K splits (1: the GEMV writes y itself)
+    grid: tuple[int, int, int]
+    meta: dict  # the constexpr and launch keywords of _gemv_kernel
+    reduce_grid: tuple[int, int]  # the split-K reduction's (split > 1)
+    reduce_meta: dict
+
+
+_REDUCE_BLOCK = 256  # outputs per program of the split-K reduction
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec(fmt: Format, a_mode: int, hw: bool, cvt: bool, cfg: GemvConfig, m: int, n: int, k: int,
+          device: torch.device, x_dtype: torch.dtype, has_bias: bool, pdl: bool, fast_switch: bool) -> _Spec:
+    """The launch derivation, cached per key: an eager call pays one dict lookup instead of re-deriving the split,
+    the grid and ~20 constexprs (the same derivation as before the cache, session 34; kernels_cuda._gemv_spec is the
+    CUDA twin). The switches are arguments (pdl: _pdl.ENABLED, fast_switch: FAST_BF16_DECODE, both read per call), so
+    flipping one at run time (tools.perf.probe_triton_gemv --toggle) is seen. Raises for an illegal config (an
+    exception is not cached)."""
+    interpret = device.type == "cpu"
+    wscale = W8A16_LAYOUT[fmt]
+    why = cfg.legal_for(_GROUP_K[wscale], fused_groups=(a_mode == 2 and wscale is WScale.BLOCK128))
+    if why:
+        raise UnsupportedError(f"GemvConfig {cfg} cannot run {fmt}: {why}")
+    sms = 8 if interpret else _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    split = auto_split_k(m, n, k, cfg, sms)
+    ieee = interpret or x_dtype == torch.float32
+    fast = fast_switch and fast_bf16_decode(wscale, a_mode, x_dtype == torch.bfloat16, ieee,
+                                            torch.version.hip is None)
+    meta = dict(gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=has_bias, direct=split == 1,
+                                wgmma=not interpret and detect(device).has_wgmma, pdl=pdl, fast_bf16=fast),
+                num_warps=cfg.num_warps, **launch_options(pdl))
+    reduce_meta = dict(HAS_BIAS=has_bias, BLOCK=_REDUCE_BLOCK, PDL=pdl, num_warps=4, **launch_options(pdl))
+    return _Spec(split, (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m)), meta,
+                 (triton_cdiv(n, _REDUCE_BLOCK), m), reduce_meta)
+
+
 def _launch(x_arg, xs_arg, stride_xsm, a_mode, qw, hw, cvt, bias, out_dtype, cfg: GemvConfig, m, n, k):
     kern = _kernels()
-    interpret = x_arg.device.type == "cpu"
-    wscale = W8A16_LAYOUT[qw.format]
-    gk = _GROUP_K[wscale]
-    why = cfg.legal_for(gk, fused_groups=(a_mode == 2 and wscale is WScale.BLOCK128))
-    if why:
-        raise UnsupportedError(f"GemvConfig {cfg} cannot run {qw.format}: {why}")
+    dev = x_arg.device
+    # pdl_launch: False on the CPU interpreter, ROCm, sm_80/89 and with FP8DISPATCH_PDL=0
+    spec = _spec(qw.format, a_mode, hw, cvt, cfg, m, n, k, dev, x_arg.dtype, bias is not None,
+                 pdl_launch(dev), FAST_BF16_DECODE)
     w, ws, stride_wsn = _weight_args(qw, hw)
-    sms = 8 if interpret else _sm_count(x_arg.device.index if x_arg.device.index is not None else torch.cuda.current_device())
-    split = auto_split_k(m, n, k, cfg, sms)
-    out = torch.empty((m, n), dtype=out_dtype, device=x_arg.device)
-    direct = split == 1
-    part = out if direct else torch.empty((split, m, n), dtype=torch.float32, device=x_arg.device)
-    ieee = interpret or x_arg.dtype == torch.float32
+    out = torch.empty((m, n), dtype=out_dtype, device=dev)
+    split = spec.split
+    part = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=dev)
     bias_arg = bias if bias is not None else out
-    pdl = pdl_launch(x_arg.device)  # False on the CPU interpreter, ROCm, sm_80/89 and with FP8DISPATCH_PDL=0
-    fast = fast_bf16_decode(wscale, a_mode, x_arg.dtype == torch.bfloat16, ieee, torch.version.hip is None)
-    grid = (triton_cdiv(n, cfg.block_n), split, triton_cdiv(m, cfg.block_m))
-    kern._gemv_kernel[grid](
-        x_arg, xs_arg, w, ws, bias_arg, out, part,
-        m, n, k, split,
-        x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0),
-        **gemv_constexprs(wscale, a_mode, cfg, hw=hw, cvt=cvt, ieee=ieee, has_bias=bias is not None, direct=direct,
-                          wgmma=not interpret and detect(x_arg.device).has_wgmma, pdl=pdl, fast_bf16=fast),
-        num_warps=cfg.num_warps, **launch_options(pdl),
-    )
-    if not direct:
-        rb = 256
-        from ._splitk_reduce import splitk_reduce
-        splitk_reduce[(triton_cdiv(n, rb), m)](part, bias_arg, out, m, n, split, out.stride(0),
-                                               HAS_BIAS=bias is not None, BLOCK=rb, PDL=pdl, num_warps=4,
-                                               **launch_options(pdl))
+    # _fast_launch: the JIT's per-call bookkeeping once per specialization (the JIT itself under the interpreter)
+    launch(kern._gemv_kernel, spec.grid, x_arg, xs_arg, w, ws, bias_arg, out, part,
+           m, n, k, split, x_arg.stride(0), stride_xsm, stride_wsn, out.stride(0), **spec.meta)
+    if split > 1:
+        launch(_reduce_kernel(), spec.reduce_grid, part, bias_arg, out, m, n, split, out.stride(0),
+               **spec.reduce_meta)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _reduce_kernel():
+    from ._splitk_reduce import splitk_reduce
+    return splitk_reduce
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -3,7 +3,7 @@ compiled, and the eager host-cost work around it (cached launch derivations, the
 
 CPU: the cache logic with a fake JIT function (keys, misses through the JIT, hits through the compiled kernel's
 launcher, the fallbacks). GPU (marked): the fast path launches the kernel the JIT compiled, bit-identical outputs
-with it on and off for every Triton GEMM / quantizer path of an eager call, a new specialization (a misaligned x)
+with it on and off for every Triton GEMM / decode GEMV / quantizer path of an eager call, a new specialization (a misaligned x)
 compiles anew, CUDA-graph capture and replay.
 """
 
@@ -145,11 +145,13 @@ def _cases():
         ("fp8_row", "fp8", 96, "triton.w8a8_gemm", None),  # per-token quantizer
         ("fp8_tensor", "fp8", 300, "torch.scaled_mm_tensorwise", None),  # per-tensor quantizer: amax + cast
         ("fp8_tensor", "fp8", 4, "torch.scaled_mm_tensorwise", None),  # the single-program per-tensor kernel
+        ("mxfp8", "bf16", 16, "triton.w8a16_gemv", None),  # the decode GEMV (its split-K reduction where it splits)
+        ("fp8_block", "fp8", 1, "triton.w8a8_gemv", None),  # per-group quantizer + the decode GEMV
     ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(8))
 def test_gpu_fast_launch_is_the_jit_launch(case, monkeypatch):
     if not _fast_launch.ENABLED:
         pytest.skip("the fast path is off here (another Triton, or FP8DISPATCH_TRITON_FAST_LAUNCH=0)")
@@ -202,8 +204,8 @@ def test_gpu_fast_launch_is_the_jit_launch(case, monkeypatch):
 
 
 def _jit_functions():
-    from kernels_triton import _act_quant, _gemm, _splitk_reduce
-    return [_gemm._w8a16_gemm_kernel, _gemm._w8a8_gemm_kernel, _splitk_reduce.splitk_reduce,
+    from kernels_triton import _act_quant, _gemm, _gemv_kernels, _splitk_reduce
+    return [_gemm._w8a16_gemm_kernel, _gemm._w8a8_gemm_kernel, _splitk_reduce.splitk_reduce, _gemv_kernels._gemv_kernel,
             _act_quant._per_token_kernel, _act_quant._per_group_kernel, _act_quant._per_tensor_single_kernel,
             _act_quant._tensor_amax_kernel, _act_quant._tensor_cast_kernel]
 

@@ -285,6 +285,46 @@ def test_sm90_w8a8_dot_path_uses_bf16_mma_not_fp8(a_mode):
     assert mmas and all("bf16" in m and "e4m3" not in m for m in mmas), mmas
 
 
+@pytest.mark.skipif(INTERP, reason="pure test")
+def test_cached_launch_spec_follows_the_switches_and_the_target(monkeypatch):
+    """The GEMV launcher's cached derivation (_gemv._spec) is keyed by the run-time switches, so flipping one (the
+    probe's --toggle, FP8DISPATCH_PDL) changes the launch: the fast mxfp8 decode only with its switch on, PDL's
+    constexpr and launch option only with PDL, the K split from the device's SM count; an illegal config raises on
+    every call (exceptions are not cached)."""
+    import types
+
+    from dispatch.errors import UnsupportedError
+    from dispatch.formats import Format
+    from kernels_triton import _gemv
+    from kernels_triton.configs import GemvConfig
+
+    monkeypatch.setattr(_gemv, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(_gemv, "detect", lambda device: types.SimpleNamespace(has_wgmma=True))
+    _gemv._spec.cache_clear()
+    cuda = torch.device("cuda", 0)
+    dot = GemvConfig(16, 64, 128, 0, 4, 3, fuse_act_quant=False)
+
+    def spec(fmt=Format.MXFP8, cfg=dot, m=16, pdl=False, fast=True):
+        return _gemv._spec(fmt, 0, True, True, cfg, m, 4096, 4096, cuda, torch.bfloat16, False, pdl, fast)
+
+    try:
+        assert spec().meta["FAST_BF16"] and not spec(fast=False).meta["FAST_BF16"]
+        assert not spec(Format.FP8_ROW).meta["FAST_BF16"]  # MX only
+        on, off = spec(pdl=True), spec()
+        assert on.meta["PDL"] and on.meta.get("launch_pdl") and on.reduce_meta["PDL"]
+        assert not off.meta["PDL"] and "launch_pdl" not in off.meta
+        s = spec()
+        assert s.split == _gemv.auto_split_k(16, 4096, 4096, dot, 132) and s.grid == (4096 // 64, s.split, 1)
+        assert s.meta["DIRECT_OUT"] == (s.split == 1) and s.meta["num_warps"] == 4
+        bad = GemvConfig(16, 64, 256, 0, 4, 3, fuse_act_quant=False)  # 256-deep tensor-core tiles: 2 block scales
+        assert bad.use_dot and bad.legal_for(128)
+        for _ in range(2):
+            with pytest.raises(UnsupportedError, match="block_k must divide 128"):
+                spec(Format.FP8_BLOCK, cfg=bad)
+    finally:
+        _gemv._spec.cache_clear()
+
+
 def test_default_tile_at_m16_fills_the_sms():
     """3000x1000 at M = 16 on 132 SMs: 47 programs of 64 rows and no split (K too short) leave SMs idle, the
     32-row tile is the default; 4096x4096 splits K and keeps 64 rows."""
