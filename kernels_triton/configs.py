@@ -117,7 +117,10 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         space = [GemvConfig(bm, 32, 256, 0, 4), GemvConfig(bm, 64, 128, 0, 4), tc[0], GemvConfig(bm, 16, 256, 0, 4),
                  tc[1]]
         if wide:  # measured there (above); the FMA tile stays the default elsewhere
-            space = _first(tc[0], space)
+            # in its 3-stage form since session 34 (M = 4, 8 shapes x 5 format/acts, the current GEMV: median 1.00x of
+            # each cell's best for fp8_row/bf16 and mxfp8, against 1.16x / 1.02x for the 1-stage tile; the W8A8 formats
+            # below were already there)
+            space = _first(dataclasses.replace(tc[0], num_stages=3), space)
         elif target.is_rocm or bm == 8:
             # gfx1201 (AOT, ScratchSize): the 32-row FMA tile spills at 4 and 8 token rows (28-808 bytes a lane, by
             # format); sm_80 / sm_89 (AOT, ptxas -v: stack-frame spills, which cuobjdump's LOCAL count misses) at 8
@@ -135,6 +138,12 @@ def gemv_configs(problem: Problem, target: Target, group_k: int) -> list[GemvCon
         sms = target.sm_count
         if sms and m <= 16 and math.ceil(problem.n / 64) * auto_split_k(m, problem.n, problem.k, space[0], sms) < sms:
             space.insert(0, space.pop(2))
+        elif wide and m <= 16:
+            # H200, sessions 32 and 34 (tools/perf/probe_triton_gemv.py, 30 cells at M = 16 over the five format/acts):
+            # the 3-stage form of the 64-row tile was the fastest config in 26 and within 1.06x in the rest (median
+            # 1.00x; fp8_block 1.055x behind its 128-row twin), where the 1-stage default of before took a median
+            # 1.11-1.33x the cell's best (docs/perf/h200_s34_2026-12-01.md).
+            space = _first(GemvConfig(bm, 64, 128, 0, 4, 3), space)
     if wide:
         space = space + [dataclasses.replace(c, num_stages=3) for c in space[:2] + tc[:1] if c.num_stages == 1]
         if m <= 2 and problem.act.value != "fp8" and (m == 2 or group_k == 32):  # W8A8: its own default below
