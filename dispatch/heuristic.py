@@ -231,7 +231,7 @@ ONE_ROW_PRIORS: dict[tuple[str, Format], Prior] = {
     # tiles and MX decode, session 34's 3-stage defaults at M = 2..16): `tools.autotune --only triton.w8a16_gemv,
     # triton.w8a8_gemv --max-configs 6` on the 120 decode cells (docs/perf/h200_candidates_triton_gemv_2026-12-01_s34
     # .json), best config per cell, relative least squares, 8 cells each (this table: M = 1; ROWS_16_PRIORS and
-    # MEASURED_PRIORS: the W8A16 GEMVs at M = 16 and 4). Session 15's terms overestimated them by 20-50 % (mxfp8 M = 1: 12.1 us
+    # MEASURED_PRIORS: the W8A16 GEMVs at M = 16 and 4). Session 15's terms overestimated them by 20-50 % (mxfp8 4096x4096 M = 1: 12.1 us
     # estimated, 8.2 measured), and without CuPy the heuristic took the fp8_block/fp8 Triton W8A8 GEMM at M = 1 where
     # the GEMV ran 1.05-1.24x faster (session 34, call 1 and 4).
     ("triton.w8a16_gemv", Format.FP8_TENSOR): Prior(0.97, 0.30, False, 3.3, **_GEMV_SHAPE),  # as fp8_row (same main loop)
