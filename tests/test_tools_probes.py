@@ -48,12 +48,15 @@ def test_recheck_finds_the_entries_it_retimes(tmp_path: pathlib.Path):
 
 
 def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
-    """dispatch/heuristic.py's Triton GEMV priors are a least-squares fit to session 11's measurement; the fit tool
-    reproduces them from the file in docs/perf (to 0.03 of bw_eff and 0.3 us of fixed cost)."""
+    """dispatch/heuristic.py's Triton GEMV priors are least-squares fits the tool reproduces from the files in docs/perf
+    (to 0.03 of bw_eff and 0.3 us of fixed cost): the W8A16 GEMVs' at M = 4 (MEASURED_PRIORS, every bucket but 1 and
+    16) and M = 16 (ROWS_16_PRIORS) to session 34's measurement of their current code, relative residuals; the W8A8
+    GEMVs' MEASURED_PRIORS still session 11's fit (absolute residuals; session 34's M = 4 / 16 fits are not used, see
+    dispatch/heuristic.py)."""
     import json
 
     from dispatch.formats import Format
-    from dispatch.heuristic import MEASURED_PRIORS
+    from dispatch.heuristic import MEASURED_PRIORS, ROWS_16_PRIORS
     from tools.perf.fit_priors import fit
 
     fits = fit(json.loads((REPO / "docs/perf/h200_triton_gemv_summary_2026-11-30_s11.json").read_text()))
@@ -61,26 +64,39 @@ def test_fit_priors_reproduces_the_shipped_triton_gemv_priors():
         ("triton.w8a16_gemv", "fp8_row", "bf16"), ("triton.w8a16_gemv", "mxfp8", "bf16"),
         ("triton.w8a8_gemv", "fp8_block", "fp8"), ("triton.w8a8_gemv", "fp8_row", "fp8"),
         ("triton.w8a8_gemv", "fp8_tensor", "fp8")}
+    s34 = json.loads((REPO / "docs/perf/h200_candidates_triton_gemv_2026-12-01_s34.json").read_text())
+    fits = [f for f in fits if f.candidate == "triton.w8a8_gemv"] + [
+        f for f in fit(s34, ms=(4,), relative=True) if f.candidate == "triton.w8a16_gemv"]
+    assert len(fits) == 5
     for f in fits:
-        assert f.cells == 24
+        assert f.cells == (24 if f.candidate == "triton.w8a8_gemv" else 8)
         pr = MEASURED_PRIORS[(f.candidate, Format(f.fmt))]
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    sixteen = [f for f in fit(s34, ms=(16,), relative=True) if f.candidate == "triton.w8a16_gemv"]
+    assert len(sixteen) == 2
+    for f in sixteen:
+        pr = ROWS_16_PRIORS[(f.candidate, Format(f.fmt))]
+        assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
+    assert ROWS_16_PRIORS[("triton.w8a16_gemv", Format.FP8_TENSOR)] == ROWS_16_PRIORS[("triton.w8a16_gemv",
+                                                                                       Format.FP8_ROW)]
+    assert not any(c == "triton.w8a8_gemv" for c, _ in ROWS_16_PRIORS)
 
 
 def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
-    """The one-row priors (dispatch.heuristic.ONE_ROW_PRIORS) are the same fit: the Triton GEMVs' to session 15's
-    M = 1 measurement of the changed 1-row tiles, the CUDA GEMVs' to the shipped table's M = 1 entries; the heuristic
-    uses them at M = 1 only."""
+    """The one-row priors (dispatch.heuristic.ONE_ROW_PRIORS) are the same fit: the Triton GEMVs' to session 34's
+    M = 1 measurement of their current code (relative residuals; session 15's before), the CUDA GEMVs' to the shipped
+    table's M = 1 entries; the heuristic uses them at M = 1 only."""
     import json
 
     from dispatch import registry
     from dispatch.formats import Act, Format
-    from dispatch.heuristic import MEASURED_PRIORS, ONE_ROW_PRIORS, prior_of
+    from dispatch.heuristic import MEASURED_PRIORS, ONE_ROW_PRIORS, ROWS_16_PRIORS, prior_of
     from dispatch.problem import Problem
     from dispatch.target import Target
     from tools.perf.fit_priors import fit
 
-    fits = fit(json.loads((REPO / "docs/perf/h200_candidates_triton_gemv_m1_2026-11-30_s15.json").read_text()), ms=(1,))
+    fits = fit(json.loads((REPO / "docs/perf/h200_candidates_triton_gemv_2026-12-01_s34.json").read_text()), ms=(1,),
+               relative=True)
     assert len(fits) == 5
     for f in fits:
         assert f.cells == 8
@@ -112,7 +128,7 @@ def test_fit_priors_reproduces_the_one_row_triton_gemv_priors():
         assert abs(pr.bw_eff - f.bw_eff) <= 0.03 and abs(pr.fixed_us - f.fixed_us) <= 0.3, (f, pr)
     gemv = {c.id: c for c in registry.candidates()}["triton.w8a16_gemv"]
     t = Target.simulated_for("sm_90", torch_version="2.11.0")
-    for m, table in ((1, ONE_ROW_PRIORS), (2, MEASURED_PRIORS), (16, MEASURED_PRIORS)):
+    for m, table in ((1, ONE_ROW_PRIORS), (2, MEASURED_PRIORS), (16, ROWS_16_PRIORS), (32, MEASURED_PRIORS)):
         p = Problem(Format.MXFP8, Act.BF16, m, 4096, 4096)
         assert prior_of(gemv, p, t) == table[("triton.w8a16_gemv", Format.MXFP8)], m
 
