@@ -133,7 +133,8 @@ def _spec(fmt: Format, a_mode: int, hw: bool, cvt: bool, cfg: GemvConfig, m: int
     """The launch derivation, cached per key: an eager call pays one dict lookup instead of re-deriving the split,
     the grid and ~20 constexprs (the same derivation as before the cache, session 34; kernels_cuda._gemv_spec is the
     CUDA twin). The switches are arguments (pdl: _pdl.ENABLED, fast_switch: FAST_BF16_DECODE, both read per call), so
-    flipping one at run time (tools.perf.probe_triton_gemv --toggle) is seen. Raises for an illegal config (an
+    flipping one at run time (tools.perf.probe_triton_gemv --toggle) is seen; a new module switch that this derivation
+    reads must become an argument too, or the cache would keep its first value. Raises for an illegal config (an
     exception is not cached)."""
     interpret = device.type == "cpu"
     wscale = W8A16_LAYOUT[fmt]

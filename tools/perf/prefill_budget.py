@@ -22,6 +22,7 @@ chip reads it twice). One JSON line per cell and a table last.
 from __future__ import annotations
 
 from tools.perf.probe_harness import Probe, parser
+from tools.perf.report import md_table
 
 TARGET_TFLOPS = {"fp8_tensor": 1150.0, "fp8_block": 1000.0}
 GRANULARITY = {"fp8_tensor": "per_tensor", "fp8_block": "per_token_group_128", "fp8_row": "per_token"}
@@ -75,14 +76,11 @@ def main(argv: list[str] | None = None) -> None:
         probe.emit(row, f"{fmt} {c.n}x{c.k} M={c.m}: route {us['route']:.1f} us ({row['tflops']['route']:.0f} TFLOP/s), "
                         f"gemm {us['gemm']:.1f} ({row['tflops']['gemm']:.0f}), quant {us['quant']:.1f}; target allows "
                         f"the quantizer {row['quant_allowed_us']:.1f} us, one read of x takes {one_read_us:.1f}")
-    print("\n| format | N x K | route TFLOP/s | gemm alone TFLOP/s | quant us | route - gemm us | quant allowed us "
-          "| one read + write us | two reads + write us |\n|---|---|---|---|---|---|---|---|---|")
-    for r in probe.rows:
-        u = r["us"]
-        print(f"| {r['fmt']} | {r['n']}x{r['k']} | {r['tflops']['route']:.0f} | {r['tflops']['gemm']:.0f} | "
-              f"{u['quant']:.1f} | {u['route'] - u['gemm']:.1f} | {r['quant_allowed_us']:.1f} | "
-              f"{r['quant_one_read_us']:.1f} | {r['quant_two_reads_us']:.1f} |")
-
+    rows = [(r["fmt"], f"{r['n']}x{r['k']}", f"{r['tflops']['route']:.0f}", f"{r['tflops']['gemm']:.0f}",
+             f"{r['us']['quant']:.1f}", f"{r['us']['route'] - r['us']['gemm']:.1f}", f"{r['quant_allowed_us']:.1f}",
+             f"{r['quant_one_read_us']:.1f}", f"{r['quant_two_reads_us']:.1f}") for r in probe.rows]
+    print("\n" + md_table(["format", "N x K", "route TFLOP/s", "gemm alone TFLOP/s", "quant us", "route - gemm us",
+                            "quant allowed us", "one read + write us", "two reads + write us"], rows))
 
 if __name__ == "__main__":
     main()
