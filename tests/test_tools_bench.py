@@ -57,6 +57,10 @@ def test_render_writes_report(tmp_path):
     assert "2.00x" in summary and "Issue 7 targets" in summary
     report = (tmp_path / "report.md").read_text()
     assert "### fp8_tensor/fp8 N=64 K=64" in report and "failed or were wrong" in report
+    assert "Note on" not in report  # notes come only with the routes they explain
+    results["main"][0]["rows"].append(_row("dequantize + bf16 F.linear", "naive", None, status="wrong"))
+    render(results, tmp_path)
+    assert "Note on dequantize + bf16 F.linear: the weight as" in (tmp_path / "report.md").read_text()
 
 
 def test_bench_smoke_on_cpu_all_sections(tmp_path, capsys):

@@ -7,6 +7,7 @@ import pathlib
 from typing import Any
 
 from .report import md_table, plot_speedups, write_atomic
+from .routes import ROUTE_NOTES
 
 DECODE_MAX_M = 64
 
@@ -195,6 +196,8 @@ def render(results: dict[str, Any], out: pathlib.Path) -> str:
             f"M={p['m']}: {p['decision'].get('candidate')} ({p['decision'].get('source')})" for p in ps))
     if problems_failed:
         full.append("\n## Routes that failed or were wrong (never timed)\n\n" + "\n".join(f"- {s}" for s in problems_failed))
+        noted = [name for name in ROUTE_NOTES if any(s.startswith(name + " ") for s in problems_failed)]
+        full += [f"\nNote on {name}: {ROUTE_NOTES[name]}." for name in noted]
     write_atomic(out / "report.md", "\n".join(full) + "\n")
 
     series: dict[str, list[tuple[str, float]]] = {}

@@ -34,8 +34,9 @@ def all_configs() -> list:
     return wgmma_configs()
 
 
-def check(fmts: list) -> set:
-    """Relative error of every config on the check shapes; returns the configs that failed."""
+def check(fmts: list, configs: list | None = None) -> set:
+    """Relative error of every config (of the spaces, or `configs`) on the check shapes; returns the configs that
+    failed."""
     import torch
 
     import dispatch
@@ -52,7 +53,7 @@ def check(fmts: list) -> set:
             x = make_activation(m, k, "cuda")
             for bias in (None, torch.randn(n, device="cuda", dtype=torch.bfloat16)):
                 ref = reference.linear(x, qw, bias)
-                for cfg in all_configs():
+                for cfg in (configs or all_configs()):
                     try:
                         y = w8a16_wgmma_gemm(x, qw, bias, torch.bfloat16, cfg)
                         torch.cuda.synchronize()
@@ -69,7 +70,7 @@ def check(fmts: list) -> set:
     return bad
 
 
-def once(n: int, k: int, m: int, bm: int, wgs: int, stages: int, *, fmt: str) -> None:
+def once(n: int, k: int, m: int, bm: int, wgs: int, stages: int, split: int = 1, depth: int = 1, *, fmt: str) -> None:
     import torch
 
     import dispatch
@@ -79,7 +80,7 @@ def once(n: int, k: int, m: int, bm: int, wgs: int, stages: int, *, fmt: str) ->
     w = make_weight(n, k, "cuda")
     qw, x = dispatch.quantize(w, fmt, act="bf16"), make_activation(m, k, "cuda")
     for _ in range(3):
-        w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, WgmmaGemmConfig(bm, wgs, stages))
+        w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, WgmmaGemmConfig(bm, wgs, stages, split, depth))
     for _ in range(3):
         torch.nn.functional.linear(x, w)
     torch.cuda.synchronize()
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default="fp8_row")
     ap.add_argument("--out")
     ap.add_argument("--checks-only", action="store_true")
-    ap.add_argument("--once", help="N,K,M,bm,wgs,stages: three plain launches of one config (for Nsight Compute), "
-                                   "then three of bf16 F.linear on the same shape")
+    ap.add_argument("--configs", help="WgmmaGemmConfig fields in order (bm,wgs,stages,split,depth), ';' between configs: "
+                                      "time these (checked first) instead of the candidate's space at each M")
+    ap.add_argument("--once", help="N,K,M,bm,wgs,stages[,split,depth]: three plain launches of one config (for Nsight "
+                                   "Compute), then three of bf16 F.linear on the same shape")
     a = ap.parse_args(argv)
     if a.once:
         return once(*(int(v) for v in a.once.split(",")), fmt=a.formats.split(",")[0])
@@ -107,7 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     from tools.perf.workload import bf16_copies, build_weight_set, make_activation, make_weight, rel_err
 
     fmts = a.formats.split(",")
-    bad = check(fmts)
+    only = None
+    if a.configs:
+        from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+        only = [WgmmaGemmConfig(*(int(v) for v in c.split(","))) for c in a.configs.split(";") if c]
+    bad = check(fmts, only)
     if a.checks_only:
         return
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
@@ -128,14 +135,14 @@ def main(argv: list[str] | None = None) -> None:
                 picked = f"{e.candidate_id} {e.decision.config}"
                 ref = dispatch.reference.linear(x, ws.qw)
                 best = None
-                for cfg in configs_for(m):
+                for cfg in (only or configs_for(m)):
                     if cfg in bad:
                         continue
                     y = w8a16_wgmma_gemm(x, ws.qw, None, torch.bfloat16, cfg)
                     err = rel_err(y, ref)
                     t = timer.time(lambda i, c=cfg: w8a16_wgmma_gemm(x, ws.copies[i], None, torch.bfloat16, c),
                                    ws.ncopies, pol).us
-                    row = {"fmt": fmt, "n": n, "k": k, "m": m, "cfg": [cfg.bm, cfg.wgs, cfg.stages], "us": t,
+                    row = {"fmt": fmt, "n": n, "k": k, "m": m, "cfg": cfg.to_dict(), "us": t,
                            "rel_err": err, "bf16_us": bf, "dispatch_us": disp, "dispatch": picked}
                     if out:
                         out.write(json.dumps(row) + "\n")
@@ -147,12 +154,12 @@ def main(argv: list[str] | None = None) -> None:
                 if best:
                     rows.append(best)
         torch.cuda.empty_cache()
-    print("\n| format | N x K | M | bf16 us | dispatch us | wgmma us (bm, wgs, stages) | vs bf16 | vs dispatch | TFLOP/s |")
+    print("\n| format | N x K | M | bf16 us | dispatch us | wgmma us (bm, wgs, stages, split, depth, kwg) | vs bf16 | vs dispatch | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         tf = 2 * r["m"] * r["n"] * r["k"] / r["us"] / 1e6
         print(f"| {r['fmt']} | {r['n']}x{r['k']} | {r['m']} | {r['bf16_us']:.1f} | {r['dispatch_us']:.1f} | "
-              f"{r['us']:.1f} {tuple(r['cfg'])} | {r['bf16_us'] / r['us']:.2f}x | {r['dispatch_us'] / r['us']:.2f}x | "
+              f"{r['us']:.1f} {tuple(r['cfg'].values())} | {r['bf16_us'] / r['us']:.2f}x | {r['dispatch_us'] / r['us']:.2f}x | "
               f"{tf:.0f} |")
 
 
