@@ -46,31 +46,45 @@ class WgmmaGemmConfig(KernelConfig):
     stages: depth of the shared-memory ring (copies run stages - 1 - depth K steps ahead); split: K slices (1-8), each a
     CTA per tile writing an fp32 partial that a second kernel sums in slice order (deterministic) with the bias;
     depth: K steps of wgmmas left in flight while the next step's weight is decoded (1 or 2; 2 rotates three register
-    sets instead of two)."""
+    sets instead of two); slice_cluster (split > 1): the K slices of a tile are one thread-block cluster and sum their
+    accumulators through distributed shared memory in slice order, one launch and no partials in global memory (the
+    launch needs all `split` slices: splits(K) == split)."""
 
     bm: int = 128
     wgs: int = 2
     stages: int = 4
     split: int = 1
     depth: int = 1
+    slice_cluster: bool = False
 
     def __post_init__(self) -> None:
         if self.bm % 16 or not 64 <= self.bm <= 256 or not 1 <= self.wgs <= 4 or not 1 <= self.depth <= 2 \
-                or not 2 + self.depth <= self.stages <= 8 or not 1 <= self.split <= 8:
+                or not 2 + self.depth <= self.stages <= 8 or not 1 <= self.split <= 8 \
+                or (self.slice_cluster and self.split < 2) \
+                or (self.slice_cluster and self.bm // 2 * 128 * self.wgs * 4 > self.stages * self.stage_bytes):
             raise ValueError(f"WgmmaGemmConfig needs bm a multiple of 16 in 64..256, wgs 1..4, depth 1..2, stages "
-                             f"2 + depth..8, split 1..8; got {self}")
+                             f"2 + depth..8, split 1..8 (slice_cluster: split >= 2, a slice's accumulators within the "
+                             f"stages); got {self}")
 
     @property
     def bn(self) -> int:
         return 64 * self.wgs
 
     @property
+    def stage_bytes(self) -> int:
+        return self.bm * BK * 2 + self.bn * BK
+
+    @property
     def smem(self) -> int:
-        return self.stages * (self.bm * BK * 2 + self.bn * BK + BAR_BYTES)
+        return self.stages * (self.stage_bytes + BAR_BYTES)
 
     def grid(self, m: int, n: int) -> int:
         """Output tiles (CTAs per K slice)."""
         return -(-m // self.bm) * -(-n // self.bn)
+
+    def runs_at(self, k: int) -> bool:
+        """Whether the config launches at K: a cluster of K slices needs all of them (splits(K) == split)."""
+        return not self.slice_cluster or self.splits(k) == self.split
 
     def splits(self, k: int) -> int:
         """The K slices a launch makes: `split` cut to the K steps, every slice non-empty (the kernel's slice is
@@ -92,6 +106,8 @@ def module(fmt: Format, cfg: WgmmaGemmConfig) -> tuple[str, str, tuple[tuple[str
          "FP8D_CFG_SCALE": SCALE_CODE[fmt]}
     if cfg.depth != 1:  # depth 1 keeps the defines (and the cached modules) it had before depth existed
         d["FP8D_CFG_DEPTH"] = cfg.depth
+    if cfg.slice_cluster:  # likewise the split K through global partials
+        d["FP8D_CFG_KCLUSTER"] = cfg.split
     return SOURCE, ENTRY, tuple(sorted(d.items()))
 
 
@@ -245,7 +261,10 @@ def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, ou
     kern = _spec(qw.format, cfg, dev)
     bias_kind = -1 if bias is None else DTYPE_CODE[bias.dtype]
     splits = cfg.splits(k)
-    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else None
+    if not cfg.runs_at(k):
+        raise UnsupportedError(f"{cfg}: K = {k} makes {splits} K slices, and the slices' cluster needs {cfg.split}")
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) \
+        if splits > 1 and not cfg.slice_cluster else None
     _launch_with_params(kern, (cfg.grid(m, n), splits, 1), (128 * cfg.wgs, 1, 1),
                         (_x_map(x.data_ptr(), m, k, cfg.bm), _codes_map(qw.qdata.data_ptr(), n, k, cfg.bn),
                          qw.scale.data_ptr(), ptr(bias), bias_kind, y.data_ptr(), ptr(part), m, n, k),

@@ -118,14 +118,16 @@ def variants() -> list[Variant]:
     from ._wgmma_gemm import WgmmaGemmConfig, module  # noqa: PLC0415
 
     # the W8A16 wgmma GEMM: every scale layout at its default tile, the largest-register tiles (256 x 128, mx, at depth
-    # 1 and 2) and a fitted tile height (208 tokens)
+    # 1 and 2), a fitted tile height (208 tokens) and K slices summed in a cluster (the largest: 256 x 128, mx, depth 2)
     for s, f, cfg in (("row", Format.FP8_ROW, WgmmaGemmConfig(128, 2, 4)), ("tensor", Format.FP8_TENSOR,
                       WgmmaGemmConfig(128, 2, 4)), ("mx", Format.MXFP8, WgmmaGemmConfig(128, 2, 4)),
                       ("mx", Format.MXFP8, WgmmaGemmConfig(256, 2, 4)), ("row", Format.FP8_ROW, WgmmaGemmConfig(64, 4, 4)),
                       ("mx", Format.MXFP8, WgmmaGemmConfig(256, 2, 5, depth=2)),
-                      ("row", Format.FP8_ROW, WgmmaGemmConfig(208, 2, 4))):
+                      ("row", Format.FP8_ROW, WgmmaGemmConfig(208, 2, 4)),
+                      ("mx", Format.MXFP8, WgmmaGemmConfig(256, 2, 5, 2, depth=2, slice_cluster=True))):
         name, _, d = module(f, cfg)
         depth = f",d{cfg.depth}" if cfg.depth != 1 else ""
+        depth += f",k{cfg.split}c" if cfg.slice_cluster else ""
         v.append(Variant(f"w8a16_gemm_wgmma[{s},{cfg.bm}x{cfg.bn},s{cfg.stages}{depth}]", name, d,
                          Problem(f, Act.BF16, 4096, 4096, 4096), "cuda.w8a16_gemm_wgmma", False, sm90a_only=True))
 

@@ -147,7 +147,11 @@ def test_split_configs_bound_their_partials():
     assert any(cfg.split > 1 for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 14336), SM90))
     for m, n in ((256, 4096), (512, 16384), (512, 128256)):
         for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, m, n, 14336), SM90):
-            assert cfg.splits(14336) == 1 or cfg.splits(14336) * m * n * 4 <= WGMMA_SPLIT_MAX_BYTES, (m, n, cfg)
+            assert cfg.splits(14336) == 1 or cfg.slice_cluster or cfg.splits(14336) * m * n * 4 <= WGMMA_SPLIT_MAX_BYTES, \
+                (m, n, cfg)
+    # slices summed in a cluster need every slice: not offered where K makes fewer (K = 64: one step)
+    assert all(cfg.runs_at(64) for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 64), SM90))
+    assert any(cfg.slice_cluster for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 4096), SM90))
 
 
 def test_split_k_wins_where_the_efficient_tiles_are_too_few():
@@ -195,6 +199,11 @@ def test_config_validation():
             per = -(-steps // n)
             assert n <= split and (n - 1) * per < steps, (split, steps, n)
     assert WgmmaGemmConfig(256, 2, 4).smem == 4 * (256 * 128 + 128 * 64 + 8)
+    for bad in (dict(split=1, slice_cluster=True), dict(bm=256, wgs=4, stages=3, split=2, slice_cluster=True)):
+        with pytest.raises(ValueError, match="slice_cluster"):  # one slice; accumulators beyond the stages
+            WgmmaGemmConfig(**{"bm": 128, "wgs": 2, "stages": 4, **bad})
+    c2 = WgmmaGemmConfig(128, 2, 6, 2, slice_cluster=True)
+    assert c2.runs_at(4096) and not c2.runs_at(64) and WgmmaGemmConfig(128, 2, 6, 2).runs_at(64)
     assert WgmmaGemmConfig(128, 2, 4).grid(300, 1000) == 3 * 8
     c = WgmmaGemmConfig(64, 4, 4)
     assert WgmmaGemmConfig.from_dict(c.to_dict()) == c  # tables store configs as dicts
@@ -257,7 +266,14 @@ def test_every_config_matches_reference(gemm, fmt):
         x = _x(m, k, i)
         for bias in (None, torch.randn(n, device="cuda").to(torch.bfloat16)):
             for cfg in _all_configs():
-                _check_close(gemm.w8a16_wgmma_gemm(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+                if cfg.runs_at(k):
+                    _check_close(gemm.w8a16_wgmma_gemm(x, qw, bias, torch.bfloat16, cfg), x, qw, bias)
+    from dispatch.errors import UnsupportedError
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    qw = dispatch.quantize(_weight(256, 64, 7), fmt, act="bf16")
+    with pytest.raises(UnsupportedError, match="slices"):  # one K step: too few for a cluster of two slices
+        gemm.w8a16_wgmma_gemm(_x(256, 64, 7), qw, None, torch.bfloat16, WgmmaGemmConfig(128, 2, 6, 2, slice_cluster=True))
 
 
 @pytest.mark.gpu
@@ -265,7 +281,8 @@ def _mx_rare_configs():
     from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
 
     return [WgmmaGemmConfig(64, 1, 6), WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(208, 2, 4),
-            WgmmaGemmConfig(256, 2, 5, depth=2), WgmmaGemmConfig(128, 2, 6, 2, depth=2)]
+            WgmmaGemmConfig(256, 2, 5, depth=2), WgmmaGemmConfig(128, 2, 6, 2, depth=2),
+            WgmmaGemmConfig(128, 2, 6, 2, depth=2, slice_cluster=True)]
 
 
 @pytest.mark.gpu
@@ -300,12 +317,14 @@ def test_mx_nan_scale_code_gives_nan_rows(gemm):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split,depth", [(1, 1), (4, 1), (1, 2)])
-def test_cuda_graph_capture_determinism_and_misaligned_x(gemm, split, depth):
+@pytest.mark.parametrize("split,depth,cluster", [(1, 1, False), (4, 1, False), (1, 2, False), (2, 2, True),
+                                                 (4, 1, True)])
+def test_cuda_graph_capture_determinism_and_misaligned_x(gemm, split, depth, cluster):
     from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
 
-    # split 4: two kernels (the K slices' partials, their ordered sum); depth 2: three register sets in rotation
-    cfg = WgmmaGemmConfig(128, 2, 4 + depth, split, depth)
+    # split 4: two kernels (the K slices' partials, their ordered sum); depth 2: three register sets in rotation;
+    # cluster: the K slices of a tile summed through distributed shared memory (one launch)
+    cfg = WgmmaGemmConfig(128, 2, 4 + depth, split, depth, cluster)
     qw = dispatch.quantize(_weight(1024, 2048, 9), Format.FP8_ROW, act="bf16")
     x = _x(300, 2048, 9)
     eager = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)

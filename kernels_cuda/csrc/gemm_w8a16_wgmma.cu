@@ -45,6 +45,9 @@
 #ifndef FP8D_CFG_DEPTH
 #define FP8D_CFG_DEPTH 1  // K steps of wgmmas left in flight while the next step is decoded (the launcher's `depth`)
 #endif
+#ifndef FP8D_CFG_KCLUSTER
+#define FP8D_CFG_KCLUSTER 1  // > 1: the K slices of a tile form a cluster and sum in shared memory (`slice_cluster`)
+#endif
 
 namespace {
 constexpr int kBM = FP8D_CFG_BM;
@@ -187,7 +190,37 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
   fp8d_wgmma_wait<kDepth>();
 }
 
+#if FP8D_CFG_KCLUSTER > 1
+// Split K without partials in global memory (session 35): the launcher's K slices of one tile (gridDim.y of them) are
+// a thread-block cluster; after the K loop each slice but the first leaves its accumulators in its own shared memory,
+// and the first adds them in slice order (deterministic) through distributed shared memory, then runs the ordinary
+// epilogue. No second launch, no fp32 partials through L2. Why: at M = 256 the TMA ring bounds the small-N shapes, and a
+// bigger tile halves the bytes each SM takes in per MMA, but 128 x 128 tiles are 64 CTAs at N = 4096 (half the SMs)
+// and the global-memory split K costs its partials and a second kernel.
+static_assert(FP8D_CFG_KCLUSTER <= 8, "a portable cluster holds at most 8 CTAs");
+static_assert((kBM / 2) * kThreads * 4 <= kStages * kStage, "a slice's accumulators fit the pipeline's shared memory");
+
+__device__ __forceinline__ void fp8d_cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The shared::cluster address of `local`'s counterpart in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned fp8d_cluster_addr(const void* local, unsigned rank) {
+  unsigned ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(ra) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
+  return ra;
+}
+__device__ __forceinline__ float fp8d_ld_cluster_f32(unsigned addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
+#if FP8D_CFG_KCLUSTER > 1
+    __cluster_dims__(1, FP8D_CFG_KCLUSTER, 1)
+#endif
     fp8d_w8a16_wgmma(const __grid_constant__ Fp8dTensorMap tmx, const __grid_constant__ Fp8dTensorMap tmw,
                      const void* __restrict__ scale, const void* __restrict__ bias, int bias_kind,
                      unsigned short* __restrict__ y, float* __restrict__ part, int M, int N, int K) {
@@ -274,8 +307,35 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   fp8d_wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+#if FP8D_CFG_KCLUSTER > 1
+  {
+    // Every warp is done with the stages (each waited for all of its wgmmas, every copy was consumed): the
+    // accumulators of slice blockIdx.y > 0 go to its shared memory ([i][thread]: consecutive threads, consecutive
+    // words), slice 0 adds them in slice order, and no CTA leaves before slice 0 has read its peers.
+    float* red = reinterpret_cast<float*>(smem);
+    __syncthreads();
+    if (blockIdx.y > 0) {
+#pragma unroll
+      for (int i = 0; i < kBM / 2; ++i) red[i * kThreads + threadIdx.x] = acc[i];
+    }
+    fp8d_cluster_sync_all();
+    if (blockIdx.y == 0) {
+#pragma unroll 1
+      for (unsigned r = 1; r < FP8D_CFG_KCLUSTER; ++r) {
+        const unsigned peer = fp8d_cluster_addr(red + threadIdx.x, r);
+#pragma unroll
+        for (int i = 0; i < kBM / 2; ++i) acc[i] += fp8d_ld_cluster_f32(peer + 4u * i * kThreads);
+      }
+    }
+    fp8d_cluster_sync_all();
+    if (blockIdx.y > 0) {
+      fp8d_allow_dependent_grid();
+      return;
+    }
+  }
+#endif
   const float* sw = reinterpret_cast<const float*>(scale);
-  if (gridDim.y > 1) {  // split K: the scaled fp32 partial, straight from the accumulators (32-byte segments a store)
+  if (FP8D_CFG_KCLUSTER == 1 && gridDim.y > 1) {  // split K: the scaled fp32 partial, straight from the accumulators (32-byte segments a store)
     fp8d_allow_dependent_grid();
     float* dst = part + (long long)blockIdx.y * M * N;
 #pragma unroll
