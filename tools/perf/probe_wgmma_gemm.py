@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default="fp8_row")
     ap.add_argument("--out")
     ap.add_argument("--checks-only", action="store_true")
-    ap.add_argument("--configs", help="WgmmaGemmConfig fields in order (bm,wgs,stages,split,depth), ';' between configs: "
+    ap.add_argument("--configs", help="WgmmaGemmConfig fields in order (bm,wgs,stages,split,depth,slice_cluster), ';' "
+                                      "between configs: "
                                       "time these (checked first) instead of the candidate's space at each M")
     ap.add_argument("--once", help="N,K,M,bm,wgs,stages[,split,depth]: three plain launches of one config (for Nsight "
                                    "Compute), then three of bf16 F.linear on the same shape")
