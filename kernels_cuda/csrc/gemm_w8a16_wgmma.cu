@@ -335,7 +335,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 #endif
   const float* sw = reinterpret_cast<const float*>(scale);
-  if (FP8D_CFG_KCLUSTER == 1 && gridDim.y > 1) {  // split K: the scaled fp32 partial, straight from the accumulators (32-byte segments a store)
+  // Split K through global memory: the scaled fp32 partial, straight from the accumulators (32-byte segments a store).
+  if (FP8D_CFG_KCLUSTER == 1 && gridDim.y > 1) {
     fp8d_allow_dependent_grid();
     float* dst = part + (long long)blockIdx.y * M * N;
 #pragma unroll
