@@ -154,6 +154,21 @@ def test_split_configs_bound_their_partials():
     assert any(cfg.slice_cluster for cfg in c.configs(Problem(Format.FP8_ROW, Act.BF16, 256, 4096, 4096), SM90))
 
 
+def test_time_model_leaves_clustered_slices_to_the_tables():
+    """The clustered K slices (session 35) were measured on the baseline shapes only, at M = 64 and 256: the time model
+    costs them as their global-memory twins, so a shape in no table keeps the model's earlier choice."""
+    from kernels_cuda.candidates import CudaW8A16GemmWgmma
+
+    c = CudaW8A16GemmWgmma()
+    shapes = [(6144, 4096), (4096, 4096), (4096, 14336), (8192, 8192), (2112, 7168), (7168, 2304), (5120, 25600),
+              (3584, 3584), (3584, 18944), (1024, 4096)]
+    for fmt in (Format.FP8_ROW, Format.MXFP8):
+        for n, k in shapes:
+            for m in (65, 128, 256, 384, 512):
+                p = Problem(fmt, Act.BF16, m, n, k)
+                assert not c.default_config(p, SM90).slice_cluster, p
+
+
 def test_split_k_wins_where_the_efficient_tiles_are_too_few():
     """Session 29's measurement behind the split configs: K = 14336 at M = 256 (32 tiles of 256 x 128 without split;
     session 30's depth-2 configs, which that run did not have, bring the best unsplit time to 1.2x the split one)."""
