@@ -1,5 +1,6 @@
 """Session 35 experiment: the copy ring alone (no decode, no wgmma) with and without x shared by a cluster of 2
-(multicast, blocking refill), and the full kernel both ways: does sharing x shorten the copies?"""
+(multicast, blocking refill), and the full kernel both ways: does sharing x shorten the copies?
+Needs docs/perf/h200_s35_wgmma_cluster_multicast_blocking.patch and h200_s35_wgmma_skeleton_exp.patch applied; run from the repository root."""
 import torch
 import dispatch
 from dispatch.formats import Act, Format

@@ -1,5 +1,6 @@
 """Session 35 experiment: the cluster-2 wgmma GEMM against cluster 1, and cluster 2 without multicast (FP8D_EXP_NOMC:
-the cluster launch alone), plus the driver's max active clusters."""
+the cluster launch alone), plus the driver's max active clusters.
+Needs docs/perf/h200_s35_wgmma_cluster_multicast_blocking.patch applied (the cluster and FP8D_EXP_NOMC); run from the repository root."""
 import ctypes
 import torch
 import dispatch

@@ -1,6 +1,7 @@
 """Session 35 experiment (not shipped): the wgmma W8A16 GEMM at M = 256 with its decode removed (FP8D_EXP_NODECODE:
 the operand is junk bits, no code loads) or its wgmmas removed (FP8D_EXP_NOMMA), against the shipped kernel: which part
-sets the pace of a 128 x 64 tile (one warpgroup) and of a 128 x 128 one. Graph replay over weight copies, median."""
+sets the pace of a 128 x 64 tile (one warpgroup) and of a 128 x 128 one. Graph replay over weight copies, median.
+Needs docs/perf/h200_s35_wgmma_skeleton_exp.patch applied (its experiment defines); run from the repository root."""
 import torch
 import dispatch
 from dispatch.formats import Act, Format
