@@ -82,5 +82,6 @@ def main(argv: list[str] | None = None) -> None:
     print("\n" + md_table(["format", "N x K", "route TFLOP/s", "gemm alone TFLOP/s", "quant us", "route - gemm us",
                             "quant allowed us", "one read + write us", "two reads + write us"], rows))
 
+
 if __name__ == "__main__":
     main()

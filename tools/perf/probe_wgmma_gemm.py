@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
                 if best:
                     rows.append(best)
         torch.cuda.empty_cache()
-    print("\n| format | N x K | M | bf16 us | dispatch us | wgmma us (bm, wgs, stages, split, depth, kwg) | vs bf16 | vs dispatch | TFLOP/s |")
+    print("\n| format | N x K | M | bf16 us | dispatch us | wgmma us (bm, wgs, stages, split, depth, slice_cluster) | "
+          "vs bf16 | vs dispatch | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         tf = 2 * r["m"] * r["n"] * r["k"] / r["us"] / 1e6
