@@ -70,7 +70,8 @@ PDL_ENV = "FP8DISPATCH_PDL"
 
 @functools.lru_cache(maxsize=None)
 def pdl_allowed(arch: str) -> bool:
-    """Launch the GEMVs and the activation quantizers as programmatic dependent launches (PDL)?
+    """Launch the GEMVs, the activation quantizers and the wgmma W8A16 GEMM (with its split-K reduction) as
+    programmatic dependent launches (PDL)?
 
     Yes when the code runs on sm_90 or newer (compiled for `arch`: the griddepcontrol waits exist only there,
     so a compute_80 build on an H200 must launch plainly) and FP8DISPATCH_PDL is not "0" (read once per arch).
@@ -78,9 +79,9 @@ def pdl_allowed(arch: str) -> bool:
     GEMV) finishes, and lets the next one start during its own last wave: at decode sizes the launch gap
     and the tail are a tenth of the kernel (docs/perf/h200.md). The contract this needs, in every kernel
     that is launched this way: nothing the previous kernel writes is read before fp8d_wait_prior_grid().
-    The GEMVs read only the weight codes before it, so a weight must not be written by the kernel launched
-    right before its linear on the same stream, nor (W8A8: the activation quantizer lets its GEMV launch at
-    once) by the one before that (load-time quantization followed by two other launches, a synchronization or
+    The GEMVs and the wgmma GEMM read only the weight codes before it, so a weight must not be written by the
+    kernel launched right before its linear on the same stream, nor (W8A8: the activation quantizer lets its
+    GEMV launch at once) by the one before that (load-time quantization followed by two other launches, a synchronization or
     another stream is fine). The dequant kernel writes before any wait: never PDL. Only launches captured
     into a CUDA graph use the attribute (kernels_cuda._driver.launch): eager ones launch plainly."""
     if os.environ.get(PDL_ENV, "1") == "0" or torch.version.hip is not None:

@@ -29,7 +29,7 @@ from dispatch.problem import KernelConfig
 from . import _driver
 from ._driver import ptr
 from ._kinds import DTYPE_CODE, SCALE_CODE
-from ._launch import _kernel, device_arch
+from ._launch import _kernel, device_arch, pdl_allowed
 
 SOURCE, ENTRY = "gemm_w8a16_wgmma.cu", "fp8d_w8a16_wgmma"
 REDUCE_SOURCE, REDUCE_ENTRY = "wgmma_splitk_reduce.cu", "fp8d_w8a16_wgmma_reduce"  # split K's second kernel
@@ -47,8 +47,8 @@ class WgmmaGemmConfig(KernelConfig):
     CTA per tile writing an fp32 partial that a second kernel sums in slice order (deterministic) with the bias;
     depth: K steps of wgmmas left in flight while the next step's weight is decoded (1 or 2; 2 rotates three register
     sets instead of two); slice_cluster (split > 1): the K slices of a tile are one thread-block cluster and sum their
-    accumulators through distributed shared memory in slice order, one launch and no partials in global memory (the
-    launch needs all `split` slices: splits(K) == split)."""
+    accumulators through distributed shared memory in slice order, each slice a part of the tile's tokens, one launch
+    and no partials in global memory (the launch needs all `split` slices: splits(K) == split)."""
 
     bm: int = 128
     wgs: int = 2
@@ -61,10 +61,17 @@ class WgmmaGemmConfig(KernelConfig):
         if self.bm % 16 or not 64 <= self.bm <= 256 or not 1 <= self.wgs <= 4 or not 1 <= self.depth <= 2 \
                 or not 2 + self.depth <= self.stages <= 8 or not 1 <= self.split <= 8 \
                 or (self.slice_cluster and self.split < 2) \
-                or (self.slice_cluster and self.bm // 2 * 128 * self.wgs * 4 > self.stages * self.stage_bytes):
+                or (self.slice_cluster and self.cluster_recv_bytes > self.stages * self.stage_bytes):
             raise ValueError(f"WgmmaGemmConfig needs bm a multiple of 16 in 64..256, wgs 1..4, depth 1..2, stages "
-                             f"2 + depth..8, split 1..8 (slice_cluster: split >= 2, a slice's accumulators within the "
-                             f"stages); got {self}")
+                             f"2 + depth..8, split 1..8 (slice_cluster: split >= 2, the accumulator parts a slice "
+                             f"receives within the stages); got {self}")
+
+    @property
+    def cluster_recv_bytes(self) -> int:
+        """slice_cluster: the bytes of the peers' accumulators a slice receives into its shared memory (its part of
+        the tile's groups of 8 tokens, at most ceil(groups / split), from each of the split - 1 others; the kernel's
+        static_assert says the same)."""
+        return (self.split - 1) * -(-(self.bm // 8) // self.split) * 16 * 128 * self.wgs
 
     @property
     def bn(self) -> int:
@@ -209,8 +216,9 @@ _params = _ParamBlock()
 
 
 def _launch_with_params(kern: _driver.LoadedKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
-                        args: tuple, smem: int) -> None:
-    """cuLaunchKernel with the parameters `args` packed into this thread's parameter block."""
+                        args: tuple, smem: int, pdl: bool) -> None:
+    """cuLaunchKernel with the parameters `args` packed into this thread's parameter block; `pdl`: as a programmatic
+    dependent launch while a CUDA graph is captured (as kernels_cuda._driver.launch does)."""
     blk = _params
     _PARAMS.pack_into(blk.buf, blk.offset, *args)
     driver = _driver._api()
@@ -219,7 +227,10 @@ def _launch_with_params(kern: _driver.LoadedKernel, grid: tuple[int, int, int], 
     if current != kern.ctx:
         driver.ctxSetCurrent(kern.ctx)
     try:
-        driver.launchKernel(kern.fn_ptr, *grid, *block, smem, stream, blk.ptrs_addr, 0)
+        if pdl and _driver.is_capturing():
+            _driver._launch_programmatic(kern.fn_ptr, grid, block, smem, stream, blk.ptrs_addr)
+        else:
+            driver.launchKernel(kern.fn_ptr, *grid, *block, smem, stream, blk.ptrs_addr, 0)
     finally:
         if current != kern.ctx and current:
             driver.ctxSetCurrent(current)
@@ -240,6 +251,11 @@ def _reduce_spec(device: int) -> _driver.LoadedKernel:
 
 
 REDUCE_THREADS = 256
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, out_dtype: torch.dtype,
@@ -265,11 +281,18 @@ def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, ou
         raise UnsupportedError(f"{cfg}: K = {k} makes {splits} K slices, and the slices' cluster needs {cfg.split}")
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) \
         if splits > 1 and not cfg.slice_cluster else None
+    # Both kernels wait for the kernel before them before reading anything it may write (the GEMM reads its first
+    # stages' weight codes before that wait), so in a graph on sm_90 they may launch programmatically (pdl_allowed).
+    # Only grids of one wave do: session 36's A/B (docs/perf/h200_s36_2026-12-01.md) measured 0.93-0.98x the time of
+    # plain launches at M = 256 on one-wave grids, and 1-8 % slower in most multi-wave cells.
+    ctas = cfg.grid(m, n) * splits
+    pdl = ctas <= _sm_count(dev) and pdl_allowed(compile_arch(device_arch(dev)))
     _launch_with_params(kern, (cfg.grid(m, n), splits, 1), (128 * cfg.wgs, 1, 1),
                         (_x_map(x.data_ptr(), m, k, cfg.bm), _codes_map(qw.qdata.data_ptr(), n, k, cfg.bn),
                          qw.scale.data_ptr(), ptr(bias), bias_kind, y.data_ptr(), ptr(part), m, n, k),
-                        cfg.smem)
+                        cfg.smem, pdl)
     if part is not None:
         _driver.launch(_reduce_spec(dev), (-(-(m * n) // (4 * REDUCE_THREADS)), 1, 1),
-                       (REDUCE_THREADS, 1, 1), (part.data_ptr(), splits, m, n, ptr(bias), bias_kind, y.data_ptr()))
+                       (REDUCE_THREADS, 1, 1), (part.data_ptr(), splits, m, n, ptr(bias), bias_kind, y.data_ptr()),
+                       pdl=pdl)
     return y

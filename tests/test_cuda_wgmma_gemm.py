@@ -214,10 +214,14 @@ def test_config_validation():
             per = -(-steps // n)
             assert n <= split and (n - 1) * per < steps, (split, steps, n)
     assert WgmmaGemmConfig(256, 2, 4).smem == 4 * (256 * 128 + 128 * 64 + 8)
-    for bad in (dict(split=1, slice_cluster=True), dict(bm=256, wgs=4, stages=3, split=2, slice_cluster=True)):
-        with pytest.raises(ValueError, match="slice_cluster"):  # one slice; accumulators beyond the stages
+    for bad in (dict(split=1, slice_cluster=True), dict(bm=256, wgs=4, stages=3, split=3, slice_cluster=True)):
+        with pytest.raises(ValueError, match="slice_cluster"):  # one slice; received parts beyond the stages
             WgmmaGemmConfig(**{"bm": 128, "wgs": 2, "stages": 4, **bad})
     c2 = WgmmaGemmConfig(128, 2, 6, 2, slice_cluster=True)
+    # a slice receives its part (8 of 16 token groups) from its one peer: 8 x 16 bytes a thread; 3 slices of 26 groups
+    # receive at most 9 from each of 2 peers
+    assert c2.cluster_recv_bytes == 8 * 16 * 256
+    assert WgmmaGemmConfig(208, 2, 4, 3, slice_cluster=True).cluster_recv_bytes == 2 * 9 * 16 * 256
     assert c2.runs_at(4096) and not c2.runs_at(64) and WgmmaGemmConfig(128, 2, 6, 2).runs_at(64)
     assert WgmmaGemmConfig(128, 2, 4).grid(300, 1000) == 3 * 8
     c = WgmmaGemmConfig(64, 4, 4)
@@ -362,6 +366,25 @@ def test_cuda_graph_capture_determinism_and_misaligned_x(gemm, split, depth, clu
 
 
 @pytest.mark.gpu
+def test_cluster_slices_split_the_tile_into_uneven_parts(gemm):
+    """K slices summed in a cluster: each slice adds and writes its part of the tile's token groups; 3 and 4 slices of
+    208-token tiles (26 groups: parts of 8, 9, 9 and 6, 7, 6, 7) and 3 of 128 (5, 5, 6), partial tiles, a bias."""
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    cfgs = [WgmmaGemmConfig(208, 2, 4, 3, slice_cluster=True), WgmmaGemmConfig(208, 2, 4, 4, slice_cluster=True),
+            WgmmaGemmConfig(128, 2, 6, 3, slice_cluster=True)]
+    for fmt in (Format.FP8_ROW, Format.MXFP8):
+        qw = dispatch.quantize(_weight(520, 1024, 13), fmt, act="bf16")
+        bias = torch.randn(520, device="cuda").to(torch.bfloat16)
+        for m in (77, 200, 416):
+            x = _x(m, 1024, m)
+            for cfg in cfgs:
+                y = gemm.w8a16_wgmma_gemm(x, qw, bias, torch.bfloat16, cfg)
+                _check_close(y, x, qw, bias)
+                assert torch.equal(y, gemm.w8a16_wgmma_gemm(x, qw, bias, torch.bfloat16, cfg)), "not deterministic"
+
+
+@pytest.mark.gpu
 def test_dispatch_runs_the_candidate_when_forced(gemm):
     qw = dispatch.quantize(_weight(4096, 4096, 12), Format.FP8_ROW, act="bf16")
     x = _x(256, 4096, 12)
@@ -369,3 +392,66 @@ def test_dispatch_runs_the_candidate_when_forced(gemm):
         assert dispatch.explain(x, qw).candidate_id == "cuda.w8a16_gemm_wgmma"
         y = dispatch.linear(x, qw)
     _check_close(y, x, qw)
+
+
+@pytest.mark.gpu
+def test_programmatic_launches_are_exact(gemm, monkeypatch):
+    """Each GEMM reads the output of the kernel launched right before it (a torch op, then GEMM -> GEMM, one config of
+    each launch kind: one kernel, K slices through partials and their reduction kernel, K slices summed in a cluster,
+    and depth 2). Captured into a graph on sm_90 they launch programmatically and read their first weight tiles before
+    waiting for that kernel: the outputs must equal plain launches' bit for bit. The graph input changes between
+    replays, so an x read before the wait would see the previous replay's values and differ. Grids of more than one
+    wave launch plainly (the rule of kernels_cuda._wgmma_gemm): every launch here is one wave but the last."""
+    from kernels_cuda import _driver, _launch
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    cfgs = [WgmmaGemmConfig(128, 2, 4), WgmmaGemmConfig(128, 2, 5, 4), WgmmaGemmConfig(128, 2, 6, 2, 2, True),
+            WgmmaGemmConfig(256, 2, 5, depth=2)]  # 24, 96, 48 and 16 CTAs for M = 300, N = 1024
+    layers = []
+    for i, cfg in enumerate(cfgs):
+        w = _weight(1024, 1024, 30 + i)
+        layers.append((dispatch.quantize(w / w.norm(dim=1, keepdim=True), Format.FP8_ROW, act="bf16"), cfg))
+    programmatic = []
+    launch_programmatic = _driver._launch_programmatic
+    monkeypatch.setattr(_driver, "_launch_programmatic", lambda *a: (programmatic.append(a[1]),
+                                                                      launch_programmatic(*a)))
+
+    def chain(x):
+        outs = []
+        for _ in range(2):
+            x = x * 1.0001  # a torch kernel writes the first GEMM's input right before it
+            for qw, cfg in layers:
+                x = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)
+                outs.append(x)
+        return outs
+
+    inputs = [_x(300, 1024, s) for s in (40, 41, 42)]
+    try:
+        monkeypatch.setenv(_launch.PDL_ENV, "0")
+        _launch.pdl_allowed.cache_clear()
+        plain = [chain(x0) for x0 in inputs]
+        assert all(torch.isfinite(y).all() and y.abs().max() > 0 for outs in plain for y in outs)
+        monkeypatch.setenv(_launch.PDL_ENV, "1")
+        _launch.pdl_allowed.cache_clear()
+        assert _launch.pdl_allowed("sm_90a")
+        static = inputs[0].clone()
+        big = _x(4096, 1024, 43)  # 32 x 8 tiles of 128 x 128: two waves of 132 SMs, a plain launch
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=s):
+                outs = chain(static)
+                assert len(programmatic) == 2 * (len(cfgs) + 1), programmatic  # the split's reduction too
+                gemm.w8a16_wgmma_gemm(big, layers[0][0], None, torch.bfloat16, cfgs[0])
+                assert len(programmatic) == 2 * (len(cfgs) + 1), programmatic
+        torch.cuda.current_stream().wait_stream(s)
+        for want, x0 in zip(plain * 2, inputs * 2):
+            static.copy_(x0)
+            graph.replay()
+            torch.cuda.synchronize()
+            for i, (a, b) in enumerate(zip(want, outs)):
+                assert torch.equal(a, b), f"graph output {i} differs with programmatic dependent launches"
+    finally:
+        monkeypatch.delenv(_launch.PDL_ENV, raising=False)
+        _launch.pdl_allowed.cache_clear()

@@ -3,6 +3,8 @@ re-time (the timings themselves need the GPU)."""
 
 from __future__ import annotations
 
+import functools
+
 import pathlib
 
 import pytest
@@ -211,16 +213,19 @@ def test_ab_vs_bf16_reproduces_session_15s_issue3_decode_speedups():
     assert max(sp for (f, a, n, k), sp in got.items() if (n, k) in ((4096, 4096), (6144, 4096))) < 1.5
 
 
-@pytest.mark.parametrize("family", ["gemm", "gemv", "act_quant", "cuda_act_quant"])
-def test_ab_pdl_switches_flip_what_they_name_and_restore(family):
+@pytest.mark.parametrize("family", ["gemm", "gemv", "act_quant", "cuda_act_quant", "cuda_wgmma"])
+def test_ab_pdl_switches_flip_what_they_name_and_restore(family, monkeypatch):
     """tools.perf.ab_pdl's A/B switches: off changes exactly the launch property the family names (the Triton PDL
-    flags, or the CUDA quantizer module's -DFP8D_ACTQ_SINGLE_READ=0 key), on restores it."""
+    flags, the CUDA quantizer module's -DFP8D_ACTQ_SINGLE_READ=0 key, or the CUDA launchers' PDL for sm_90a), on
+    restores it."""
     from kernels_triton import _act_quant, _pdl
     from tools.perf.ab_pdl import _switch
 
-    if family == "cuda_act_quant":
+    if family.startswith("cuda"):
         launch = pytest.importorskip("kernels_cuda._launch")
         before = launch.act_quant_module()
+        monkeypatch.delenv(launch.PDL_ENV, raising=False)
+        monkeypatch.setattr(launch, "pdl_allowed", functools.lru_cache(maxsize=None)(launch.pdl_allowed.__wrapped__))
     sw = _switch(family)
     assert sw.get() is True
     try:
@@ -229,6 +234,8 @@ def test_ab_pdl_switches_flip_what_they_name_and_restore(family):
         if family == "cuda_act_quant":
             name, defines = launch.act_quant_module()
             assert name == before[0] and dict(defines) == dict(before[1], FP8D_ACTQ_SINGLE_READ=0)
+        elif family == "cuda_wgmma":
+            assert not launch.pdl_allowed("sm_90a") and (_pdl.ENABLED, _act_quant.PDL) == (True, True)
         else:
             assert (_pdl.ENABLED, _act_quant.PDL) == ((False, True) if family != "act_quant" else (True, False))
     finally:
@@ -236,6 +243,8 @@ def test_ab_pdl_switches_flip_what_they_name_and_restore(family):
     assert sw.get() is True and _pdl.ENABLED and _act_quant.PDL
     if family == "cuda_act_quant":
         assert launch.act_quant_module() == before
+    if family == "cuda_wgmma":
+        assert launch.pdl_allowed("sm_90a")
 
 
 def test_triton_gemv_probe_spaces_and_switches():

@@ -104,18 +104,30 @@ __device__ __forceinline__ bool fp8d_mbar_try_wait(unsigned bar, unsigned parity
   return ok != 0;
 }
 
-// Thread 0: the bulk copies of K tile `kt` into the stage at `stage`, completing on the mbarrier `bar`.
-__device__ __forceinline__ void fp8d_issue_stage(const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, unsigned stage,
-                                                 unsigned bar, int kt, int m0, int n0) {
+// Thread 0: the bulk copies of K tile `kt` into the stage at `stage`, completing on the mbarrier `bar` (its byte count
+// set with the code tile's copy). Two halves, because the prologue issues the code tiles before the kernel waits for
+// the one launched before it (a programmatic dependent launch: the weight is not that kernel's output, see
+// kernels_cuda._launch.pdl_allowed) and the x tiles after the wait.
+__device__ __forceinline__ void fp8d_issue_stage_codes(const Fp8dTensorMap& tmw, unsigned stage, unsigned bar, int kt,
+                                                       int n0) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "n"(kStage) : "memory");
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-      ::"r"(stage), "l"(reinterpret_cast<unsigned long long>(&tmx)), "r"(kt * kBK), "r"(m0), "r"(bar)
-      : "memory");
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
       ::"r"(stage + kXStage), "l"(reinterpret_cast<unsigned long long>(&tmw)), "r"(kt * kBK), "r"(n0), "r"(bar)
       : "memory");
+}
+__device__ __forceinline__ void fp8d_issue_stage_x(const Fp8dTensorMap& tmx, unsigned stage, unsigned bar, int kt,
+                                                   int m0) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(stage), "l"(reinterpret_cast<unsigned long long>(&tmx)), "r"(kt * kBK), "r"(m0), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void fp8d_issue_stage(const Fp8dTensorMap& tmx, const Fp8dTensorMap& tmw, unsigned stage,
+                                                 unsigned bar, int kt, int m0, int n0) {
+  fp8d_issue_stage_codes(tmw, stage, bar, kt, n0);
+  fp8d_issue_stage_x(tmx, stage, bar, kt, m0);
 }
 
 // One K step: decode this step's codes into `a` (the set no wgmma in flight reads), issue the four k16 wgmmas, and
@@ -192,13 +204,18 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
 
 #if FP8D_CFG_KCLUSTER > 1
 // Split K without partials in global memory (session 35): the launcher's K slices of one tile (gridDim.y of them) are
-// a thread-block cluster; after the K loop each slice but the first leaves its accumulators in its own shared memory,
-// and the first adds them in slice order (deterministic) through distributed shared memory, then runs the ordinary
-// epilogue. No second launch, no fp32 partials through L2. Why: at M = 256 the TMA ring bounds the small-N shapes, and a
+// a thread-block cluster; after the K loop they sum their accumulators through distributed shared memory, each slice
+// a part of the tile's tokens (a reduce-scatter, session 36: remote stores, every slice adding and writing its part;
+// session 35's first version had slice 0 load every peer's whole tile and write it alone, ~5 us more per call than an
+// unsplit tile on a K sweep), then run the ordinary epilogue on their parts. No second launch, no fp32 partials
+// through L2. Why: at M = 256 the TMA ring bounds the small-N shapes, and a
 // bigger tile halves the bytes each SM takes in per MMA, but 128 x 128 tiles are 64 CTAs at N = 4096 (half the SMs)
 // and the global-memory split K costs its partials and a second kernel.
 static_assert(FP8D_CFG_KCLUSTER <= 8, "a portable cluster holds at most 8 CTAs");
-static_assert((kBM / 2) * kThreads * 4 <= kStages * kStage, "a slice's accumulators fit the pipeline's shared memory");
+// Token groups a slice receives from each peer: at most ceil(groups / slices).
+constexpr int kClusterPart = (kBM / 8 + FP8D_CFG_KCLUSTER - 1) / FP8D_CFG_KCLUSTER;
+static_assert((FP8D_CFG_KCLUSTER - 1) * kClusterPart * 16 * kThreads <= kStages * kStage,
+              "the parts a slice receives fit the pipeline's shared memory");
 
 __device__ __forceinline__ void fp8d_cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -210,10 +227,9 @@ __device__ __forceinline__ unsigned fp8d_cluster_addr(const void* local, unsigne
                : "=r"(ra) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
   return ra;
 }
-__device__ __forceinline__ float fp8d_ld_cluster_f32(unsigned addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr));
-  return v;
+__device__ __forceinline__ void fp8d_st_cluster_v4(unsigned addr, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 #endif
 
@@ -239,10 +255,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Launched programmatically (in a CUDA graph on sm_90), this CTA may start while the kernel before it still runs:
+  // the first stages' weight codes stream in meanwhile, x (possibly that kernel's output) only after the wait.
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kLead && s < k_tiles; ++s)
+      fp8d_issue_stage_codes(tmw, sbase + s * kStage, bars + 8 * s, kt0 + s, n0);
+  }
   fp8d_wait_prior_grid();
   if (threadIdx.x == 0) {
     for (int s = 0; s < kLead && s < k_tiles; ++s)
-      fp8d_issue_stage(tmx, tmw, sbase + s * kStage, bars + 8 * s, kt0 + s, m0, n0);
+      fp8d_issue_stage_x(tmx, sbase + s * kStage, bars + 8 * s, kt0 + s, m0);
   }
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -307,30 +329,55 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   fp8d_wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < kBM / 2; ++i) fp8d_reg_fence(acc[i]);
+  // The tokens of the tile this CTA writes out: all of them, or with slices summed in a cluster its part of them.
+  int g_lo = 0, g_hi = kBM / 8;  // groups of 8 tokens (acc[4 j .. 4 j + 3] hold group j's)
 #if FP8D_CFG_KCLUSTER > 1
   {
-    // Every warp is done with the stages (each waited for all of its wgmmas, every copy was consumed): the
-    // accumulators of slice blockIdx.y > 0 go to its shared memory ([i][thread]: consecutive threads, consecutive
-    // words), slice 0 adds them in slice order, and no CTA leaves before slice 0 has read its peers.
-    float* red = reinterpret_cast<float*>(smem);
-    __syncthreads();
-    if (blockIdx.y > 0) {
+    // Reduce-scatter: slice r ends up with group range r of the tile summed over the slices. Each slice stores the
+    // other slices' ranges of its accumulators into their shared memory (remote stores: no round trip), then adds
+    // what it received to its own range in slice order (deterministic, the same sums whichever slice adds them).
+    // Barrier 1: every slice is done with its pipeline's shared memory, which its peers write next; barrier 2: every
+    // part has landed (release / acquire at cluster scope). No shared memory is touched across the cluster after it.
+    constexpr int kS = FP8D_CFG_KCLUSTER, kNG = kBM / 8;
+    const int me = blockIdx.y;  // the cluster spans the slices: rank = blockIdx.y
+    g_lo = me * kNG / kS;
+    g_hi = (me + 1) * kNG / kS;
+    float4* recv = reinterpret_cast<float4*>(smem);  // [sender slot][group - g_lo][thread]
+    fp8d_cluster_sync_all();
 #pragma unroll
-      for (int i = 0; i < kBM / 2; ++i) red[i * kThreads + threadIdx.x] = acc[i];
+    for (int p = 0; p < kS; ++p) {
+      if (p == me) continue;
+      const int lo = p * kNG / kS, hi = (p + 1) * kNG / kS;
+      const unsigned dst =
+          fp8d_cluster_addr(recv + (me < p ? me : me - 1) * kClusterPart * kThreads + threadIdx.x, p);
+#pragma unroll
+      for (int j = 0; j < kNG; ++j)
+        if (j >= lo && j < hi)
+          fp8d_st_cluster_v4(dst + 16u * (j - lo) * kThreads, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2],
+                             acc[4 * j + 3]);
     }
     fp8d_cluster_sync_all();
-    if (blockIdx.y == 0) {
-#pragma unroll 1
-      for (unsigned r = 1; r < FP8D_CFG_KCLUSTER; ++r) {
-        const unsigned peer = fp8d_cluster_addr(red + threadIdx.x, r);
 #pragma unroll
-        for (int i = 0; i < kBM / 2; ++i) acc[i] += fp8d_ld_cluster_f32(peer + 4u * i * kThreads);
+    for (int j = 0; j < kNG; ++j) {
+      if (j < g_lo || j >= g_hi) continue;
+      float4 sum = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+#pragma unroll
+      for (int q = 0; q < kS; ++q) {
+        const float4 v = q == me ? make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+                                 : recv[((q < me ? q : q - 1) * kClusterPart + j - g_lo) * kThreads + threadIdx.x];
+        if (q == 0) {
+          sum = v;
+        } else {
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
       }
-    }
-    fp8d_cluster_sync_all();
-    if (blockIdx.y > 0) {
-      fp8d_allow_dependent_grid();
-      return;
+      acc[4 * j] = sum.x;
+      acc[4 * j + 1] = sum.y;
+      acc[4 * j + 2] = sum.z;
+      acc[4 * j + 3] = sum.w;
     }
   }
 #endif
@@ -366,6 +413,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const float b = bias_kind >= 0 ? fp8d_load_as_f32(bias, n, bias_kind) : 0.f;
 #pragma unroll
     for (int j = 0; j < kBM / 8; ++j) {
+      if (j < g_lo || j >= g_hi) continue;
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int ml = 8 * j + 2 * t + q;
@@ -376,8 +424,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   constexpr int kChunks = kBN / 8;  // 16-byte chunks of one token's row
   const bool vec = (N % 8) == 0;
-  for (int i = threadIdx.x; i < kBM * kChunks; i += kThreads) {
-    const int ml = i / kChunks, c = i % kChunks, m = m0 + ml, n = n0 + c * 8;
+  for (int i = threadIdx.x; i < 8 * (g_hi - g_lo) * kChunks; i += kThreads) {
+    const int ml = 8 * g_lo + i / kChunks, c = i % kChunks, m = m0 + ml, n = n0 + c * 8;
     if (m >= M || n >= N) continue;
     const unsigned short* src = out + ml * kOutRow + c * 8;
     unsigned short* dst = y + (long long)m * N + n;

@@ -4,6 +4,8 @@
     python -m tools.perf.ab_pdl --family gemv --m 1,4,16      # the Triton decode GEMVs (session 16)
     python -m tools.perf.ab_pdl --family act_quant --m 16,64,256,1024,4096 --formats fp8_tensor/fp8,...  (session 19)
 
+--family cuda_wgmma flips the programmatic launch of the CUDA wgmma W8A16 GEMM (and its split-K reduction; FP8DISPATCH_PDL
+through kernels_cuda._launch.pdl_allowed) at the table's config where it holds the key, else its default (session 36).
 --family cuda_act_quant flips the CUDA quantizer's single-read register paths (act_quant.cu, compiled with and without
 -DFP8D_ACTQ_SINGLE_READ=0) under the CUDA W8A8 GEMV (the table's config where it holds the key, else its default).
 --family act_quant flips only the Triton activation quantizer's programmatic launch (kernels_triton._act_quant.PDL;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from tools.perf.probe_w8a16_gemm import SHAPES
 
@@ -58,9 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="")
-    ap.add_argument("--family", choices=("gemm", "gemv", "act_quant", "cuda_act_quant"), default="gemm")
+    ap.add_argument("--family", choices=("gemm", "gemv", "act_quant", "cuda_act_quant", "cuda_wgmma"), default="gemm")
     a = ap.parse_args(argv)
-    kernels = {"gemv": TRITON_GEMVS, "cuda_act_quant": {"fp8": "cuda.w8a8_gemv"}}.get(a.family, TRITON_GEMMS)
+    kernels = {"gemv": TRITON_GEMVS, "cuda_act_quant": {"fp8": "cuda.w8a8_gemv"},
+               "cuda_wgmma": {"bf16": "cuda.w8a16_gemm_wgmma"}}.get(a.family, TRITON_GEMMS)
     switch = _switch(a.family)  # what the variants flip
     table = load_table(pathlib.Path(__file__).resolve().parents[2] / "tuning_db" / "nvidia_h200.yaml").index()
     timer, rot, l2 = CudaTimer(), RotationPolicy(), l2_bytes()
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
         bw = bf16_copies(w, l2_bytes=l2, rotation=rot)
         for fa in a.formats.split(","):
             fmt, act = Format(fa.split("/")[0]), Act(fa.split("/")[1])
+            if act.value not in kernels:
+                continue
             ws = build_weight_set(w, fmt, act, l2_bytes=l2, rotation=rot, quantize=quantize)
             for m in (int(v) for v in a.m.split(",")):
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -166,6 +172,23 @@ class _CudaSingleRead:
         self.on = on
 
 
+class _CudaPdl:
+    """FP8DISPATCH_PDL as a switch: the CUDA launchers read it through kernels_cuda._launch.pdl_allowed (cached per
+    arch; the GEMV launch plans cache it too, so those caches are cleared with it)."""
+
+    def __init__(self) -> None:
+        from kernels_cuda import _launch
+        self.launch = _launch
+
+    def get(self) -> bool:
+        return os.environ.get(self.launch.PDL_ENV, "1") != "0"
+
+    def set(self, on: bool) -> None:
+        os.environ[self.launch.PDL_ENV] = "1" if on else "0"
+        for f in (self.launch.pdl_allowed, self.launch._gemv_spec, self.launch._act_quant_launches):
+            f.cache_clear()
+
+
 def _switch(family: str):
     """The A/B switch of a --family."""
     from kernels_triton import _act_quant, _pdl
@@ -174,6 +197,8 @@ def _switch(family: str):
         return _ModuleFlag(_act_quant, "PDL")
     if family == "cuda_act_quant":
         return _CudaSingleRead()
+    if family == "cuda_wgmma":
+        return _CudaPdl()
     return _ModuleFlag(_pdl, "ENABLED")
 
 
