@@ -251,6 +251,7 @@ def _reduce_spec(device: int) -> _driver.LoadedKernel:
 
 
 REDUCE_THREADS = 256
+PDL_MAX_M = 512  # programmatic launches only up to here (and for one wave of CTAs): see w8a16_wgmma_gemm
 
 
 @functools.lru_cache(maxsize=16)
@@ -283,10 +284,10 @@ def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, ou
         if splits > 1 and not cfg.slice_cluster else None
     # Both kernels wait for the kernel before them before reading anything it may write (the GEMM reads its first
     # stages' weight codes before that wait), so in a graph on sm_90 they may launch programmatically (pdl_allowed).
-    # Only grids of one wave do: session 36's A/B (docs/perf/h200_s36_2026-12-01.md) measured 0.93-0.98x the time of
-    # plain launches at M = 256 on one-wave grids, and 1-8 % slower in most multi-wave cells.
-    ctas = cfg.grid(m, n) * splits
-    pdl = ctas <= _sm_count(dev) and pdl_allowed(compile_arch(device_arch(dev)))
+    # Only where that was measured to pay (session 36's A/B at the tables' configs, docs/perf/h200_s36_2026-12-01.md):
+    # grids of one wave at M <= PDL_MAX_M ran at 0.93-0.98x the time of plain launches (12 of 12 cells at M = 256);
+    # grids of more waves at 0.96-1.09x (11 of 16 slower), one-wave grids at M = 1024 at 0.99-1.06x.
+    pdl = m <= PDL_MAX_M and cfg.grid(m, n) * splits <= _sm_count(dev) and pdl_allowed(compile_arch(device_arch(dev)))
     _launch_with_params(kern, (cfg.grid(m, n), splits, 1), (128 * cfg.wgs, 1, 1),
                         (_x_map(x.data_ptr(), m, k, cfg.bm), _codes_map(qw.qdata.data_ptr(), n, k, cfg.bn),
                          qw.scale.data_ptr(), ptr(bias), bias_kind, y.data_ptr(), ptr(part), m, n, k),

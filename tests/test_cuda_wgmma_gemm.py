@@ -401,7 +401,8 @@ def test_programmatic_launches_are_exact(gemm, monkeypatch):
     and depth 2). Captured into a graph on sm_90 they launch programmatically and read their first weight tiles before
     waiting for that kernel: the outputs must equal plain launches' bit for bit. The graph input changes between
     replays, so an x read before the wait would see the previous replay's values and differ. Grids of more than one
-    wave launch plainly (the rule of kernels_cuda._wgmma_gemm): every launch here is one wave but the last."""
+    wave, and M > PDL_MAX_M, launch plainly (the rule of kernels_cuda._wgmma_gemm): the chain's launches are one wave at
+    M = 300, the two after it are not programmatic."""
     from kernels_cuda import _driver, _launch
     from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
 
@@ -444,6 +445,7 @@ def test_programmatic_launches_are_exact(gemm, monkeypatch):
                 outs = chain(static)
                 assert len(programmatic) == 2 * (len(cfgs) + 1), programmatic  # the split's reduction too
                 gemm.w8a16_wgmma_gemm(big, layers[0][0], None, torch.bfloat16, cfgs[0])
+                gemm.w8a16_wgmma_gemm(big[:1024], layers[0][0], None, torch.bfloat16, cfgs[3])  # 32 CTAs, M = 1024
                 assert len(programmatic) == 2 * (len(cfgs) + 1), programmatic
         torch.cuda.current_stream().wait_stream(s)
         for want, x0 in zip(plain * 2, inputs * 2):
