@@ -255,8 +255,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Launched programmatically (in a CUDA graph on sm_90), this CTA may start while the kernel before it still runs:
-  // the first stages' weight codes stream in meanwhile, x (possibly that kernel's output) only after the wait.
+  // Launched programmatically (kernels_cuda._wgmma_gemm: in a CUDA graph, grids of one wave at M <= 512), this CTA
+  // may start while the kernel before it still runs: the first stages' weight codes stream in meanwhile, x (possibly
+  // that kernel's output) only after the wait.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kLead && s < k_tiles; ++s)
       fp8d_issue_stage_codes(tmw, sbase + s * kStage, bars + 8 * s, kt0 + s, n0);
