@@ -206,11 +206,11 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
 // Split K without partials in global memory (session 35): the launcher's K slices of one tile (gridDim.y of them) are
 // a thread-block cluster; after the K loop they sum their accumulators through distributed shared memory, each slice
 // a part of the tile's tokens (a reduce-scatter, session 36: remote stores, every slice adding and writing its part;
-// session 35's first version had slice 0 load every peer's whole tile and write it alone, ~5 us more per call than an
-// unsplit tile on a K sweep), then run the ordinary epilogue on their parts. No second launch, no fp32 partials
-// through L2. Why: at M = 256 the TMA ring bounds the small-N shapes, and a
-// bigger tile halves the bytes each SM takes in per MMA, but 128 x 128 tiles are 64 CTAs at N = 4096 (half the SMs)
-// and the global-memory split K costs its partials and a second kernel.
+// session 35's first version, slice 0 loading every peer's whole tile and writing it alone, took 0.8-0.9 us more per
+// call on a K sweep; the exchange still costs ~3.3 us for 64 KB a CTA, and through L2 instead it is slower), then run
+// the ordinary epilogue on their parts. No second launch, no fp32 partials through L2. Why: at M = 256 the TMA ring
+// bounds the small-N shapes, and a bigger tile halves the bytes each SM takes in per MMA, but 128 x 128 tiles are 64
+// CTAs at N = 4096 (half the SMs) and the global-memory split K costs its partials and a second kernel.
 static_assert(FP8D_CFG_KCLUSTER <= 8, "a portable cluster holds at most 8 CTAs");
 // Token groups a slice receives from each peer: at most ceil(groups / slices).
 constexpr int kClusterPart = (kBM / 8 + FP8D_CFG_KCLUSTER - 1) / FP8D_CFG_KCLUSTER;
