@@ -3,7 +3,6 @@ re-time (the timings themselves need the GPU)."""
 
 from __future__ import annotations
 
-import functools
 
 import pathlib
 
@@ -225,7 +224,6 @@ def test_ab_pdl_switches_flip_what_they_name_and_restore(family, monkeypatch):
         launch = pytest.importorskip("kernels_cuda._launch")
         before = launch.act_quant_module()
         monkeypatch.delenv(launch.PDL_ENV, raising=False)
-        monkeypatch.setattr(launch, "pdl_allowed", functools.lru_cache(maxsize=None)(launch.pdl_allowed.__wrapped__))
     sw = _switch(family)
     assert sw.get() is True
     try:
