@@ -22,6 +22,7 @@ import threading
 
 import torch
 
+from dispatch import mx_fold
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
 from dispatch.problem import KernelConfig
@@ -108,9 +109,13 @@ def compile_arch(arch: str) -> str:
     return "sm_90a"
 
 
-def module(fmt: Format, cfg: WgmmaGemmConfig) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+def module(fmt: Format, cfg: WgmmaGemmConfig, mx_fold: bool = False) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+    """(source, entry, defines); mx_fold (MX only): the decode for weights whose scale codes all fold (dispatch.mx_fold),
+    without the per-step check for larger codes."""
     d = {"FP8D_CFG_BM": cfg.bm, "FP8D_CFG_WGS": cfg.wgs, "FP8D_CFG_STAGES": cfg.stages,
          "FP8D_CFG_SCALE": SCALE_CODE[fmt]}
+    if mx_fold and fmt is Format.MXFP8:
+        d["FP8D_MX_FOLD"] = 1
     if cfg.depth != 1:  # depth 1 keeps the defines (and the cached modules) it had before depth existed
         d["FP8D_CFG_DEPTH"] = cfg.depth
     if cfg.slice_cluster:  # likewise the split K through global partials
@@ -237,8 +242,8 @@ def _launch_with_params(kern: _driver.LoadedKernel, grid: tuple[int, int, int], 
 
 
 @functools.lru_cache(maxsize=1024)
-def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int) -> _driver.LoadedKernel:
-    name, entry, defines = module(fmt, cfg)
+def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int, mx_fold: bool) -> _driver.LoadedKernel:
+    name, entry, defines = module(fmt, cfg, mx_fold)
     kern = _kernel(name, entry, defines, device, compile_arch(device_arch(device)))
     _driver.allow_dynamic_smem(kern, cfg.smem)
     return kern
@@ -275,7 +280,7 @@ def w8a16_wgmma_gemm(x: torch.Tensor, qw: QWeight, bias: torch.Tensor | None, ou
     if m == 0:
         return y
     dev = x.device.index or 0
-    kern = _spec(qw.format, cfg, dev)
+    kern = _spec(qw.format, cfg, dev, mx_fold.fold_ok(qw))
     bias_kind = -1 if bias is None else DTYPE_CODE[bias.dtype]
     splits = cfg.splits(k)
     if not cfg.runs_at(k):

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dispatch import mx_fold
 from dispatch.formats import Act, ActGranularity, Format, QWeight, act_granularity
 from dispatch.problem import Candidate, KernelConfig, Problem, Support
 from dispatch.target import Target
@@ -508,7 +509,8 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
                     "kernels_cuda/csrc/wgmma_sm90.cuh", "kernels_cuda/csrc/gemm_w8a16_wgmma.cu",
                     "kernels_cuda/csrc/wgmma_splitk_reduce.cu",
                     "kernels_cuda/_wgmma_gemm.py", "kernels_cuda/_launch.py", "kernels_cuda/_driver.py",
-                    "kernels_cuda/compiler.py", "kernels_cuda/_kinds.py", "kernels_cuda/configs.py")
+                    "kernels_cuda/compiler.py", "kernels_cuda/_kinds.py", "kernels_cuda/configs.py",
+                    "dispatch/mx_fold.py")
 
     def supports(self, problem: Problem, target: Target) -> Support:
         t = target_support(target)
@@ -554,6 +556,12 @@ class CudaW8A16GemmWgmma(_CudaCandidate):
         if here < WGMMA_LEND_MIN_RATE_RATIO * was:
             return (f"the wgmma GEMM's time model gives this shape {here / 1e6:.0f} TFLOP/s against {was / 1e6:.0f} at the "
                     f"tuned shape (waves, tile efficiency): below {WGMMA_LEND_MIN_RATE_RATIO:.0%}")
+        return None
+
+    def prepare(self, qw: QWeight) -> Any:
+        # MX: whether the weight's scale codes all fold (the kernel's FP8D_MX_FOLD decode), read on the device without a
+        # host sync; until the answer lands the launcher runs the unfolded decode (the same bits).
+        mx_fold.start_read(qw)
         return None
 
     def run(self, x2d: torch.Tensor, qw: QWeight, prepared: Any, bias: torch.Tensor | None,

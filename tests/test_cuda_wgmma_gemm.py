@@ -45,13 +45,14 @@ def test_every_config_compiles_without_spills_or_serialized_wgmma(fmt):
     if reason:
         pytest.skip(reason)
     for cfg in _all_configs():
-        name, _, defines = _wgmma_gemm.module(fmt, cfg)
-        log = compiler.compile_module(name, "sm_90a", dict(defines)).log
-        res = compiler.ptxas_resources(log)
-        assert res.get("spill_bytes", 0) == 0, (cfg, res)
-        assert res["registers"] <= 65536 // (128 * cfg.wgs), (cfg, res)  # one CTA's threads fit the register file
-        assert "C75" not in log, f"{cfg}: ptxas serialized the wgmmas:\n{log}"
-        assert cfg.smem <= 227 * 1024, cfg
+        for fold in (False, True) if fmt is Format.MXFP8 else (False,):  # MX: both decodes (dispatch.mx_fold)
+            name, _, defines = _wgmma_gemm.module(fmt, cfg, fold)
+            log = compiler.compile_module(name, "sm_90a", dict(defines)).log
+            res = compiler.ptxas_resources(log)
+            assert res.get("spill_bytes", 0) == 0, (cfg, res)
+            assert res["registers"] <= 65536 // (128 * cfg.wgs), (cfg, res)  # one CTA's threads fit the register file
+            assert "C75" not in log, f"{cfg}: ptxas serialized the wgmmas:\n{log}"
+            assert cfg.smem <= 227 * 1024, cfg
 
 
 def test_support_rules_and_config_space():
@@ -316,6 +317,32 @@ def test_mx_scale_codes_above_the_fold(gemm):
     x = _x(128, k, 5)
     for cfg in _mx_rare_configs():
         _check_close(gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg), x, qw)
+
+
+@pytest.mark.gpu
+def test_mx_folded_decode_gives_the_same_bits(gemm, monkeypatch):
+    """A weight whose scale codes are all at most 134 runs the folded decode (FP8D_MX_FOLD: one IMAD a multiplier, no
+    check for larger codes): the unfolded decode's bits, over plain, split, clustered and depth-2 configs. One code
+    above 134 anywhere sends the weight to the unfolded decode."""
+    from dispatch import mx_fold
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    n, k = 600, 2048
+    qw = dispatch.quantize(_weight(n, k, 8), Format.MXFP8, act="bf16")
+    assert mx_fold.fold_ok(qw)
+    x = _x(200, k, 8)
+    for cfg in _mx_rare_configs() + [WgmmaGemmConfig(128, 2, 4, 4), WgmmaGemmConfig(256, 2, 4, 2, slice_cluster=True),
+                                     WgmmaGemmConfig(128, 2, 6, 4, depth=2, slice_cluster=True)]:
+        y = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)
+        with monkeypatch.context() as mp:
+            mp.setattr(mx_fold, "fold_ok", lambda qw: False)
+            y_unfolded = gemm.w8a16_wgmma_gemm(x, qw, None, torch.bfloat16, cfg)
+        assert torch.equal(y, y_unfolded), cfg
+        _check_close(y, x, qw)
+    qw2 = dispatch.quantize(_weight(n, k, 9), Format.MXFP8, act="bf16")
+    qw2.scale.view(torch.uint8)[590, 61] = 140
+    assert not mx_fold.fold_ok(qw2)
+    _check_close(gemm.w8a16_wgmma_gemm(x, qw2, None, torch.bfloat16, WgmmaGemmConfig(256, 2, 4)), x, qw2)
 
 
 @pytest.mark.gpu

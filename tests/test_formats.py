@@ -85,3 +85,29 @@ def test_strings_and_enums_are_interchangeable():
     assert Format.parse("FP8_ROW") is Format.FP8_ROW
     assert str(Format.MXFP8) == "mxfp8"
     assert Act.parse("bf16") is Act.BF16
+
+
+def test_mx_fold_answers_whether_every_scale_code_folds():
+    """dispatch.mx_fold: True iff every e8m0 code is <= 134 (the NaN code 255 does not fold), False for other formats;
+    the answer is cached on the weight under the keys the Triton GEMM's copy of the mechanism uses (either answers
+    both), and a CPU weight needs no asynchronous read."""
+    from dispatch import mx_fold
+
+    w = torch.randn(64, 128)
+    qw = quantize(w, "mxfp8", act="bf16")
+    mx_fold.start_read(qw)  # CPU: nothing to start
+    assert mx_fold.PENDING not in qw._cache
+    assert mx_fold.fold_ok(qw) is True and qw._cache[mx_fold.KEY] is True
+    for code, folds in ((mx_fold.FOLD_MAX, True), (mx_fold.FOLD_MAX + 1, False), (255, False)):
+        s = qw.scale.view(torch.uint8).clone()
+        s[3, 1] = code
+        assert mx_fold.fold_ok(QWeight(qw.format, qw.act, qw.qdata, s.view(torch.float8_e8m0fnu))) is folds, code
+    assert mx_fold.fold_ok(quantize(w, "fp8_row", act="bf16")) is False
+    w[5, :32] = 448.0 * 2**7 * 1.5  # a group amax above 448 x 2^7 needs scale code 135
+    assert mx_fold.fold_ok(quantize(w, "mxfp8", act="bf16")) is False
+    try:
+        from kernels_triton import _gemm_candidates, _gemm_launch
+    except ImportError:
+        return
+    assert (_gemm_launch._MX_FOLD_KEY, _gemm_candidates._MX_FOLD_PENDING, _gemm_launch.MX_FOLD_MAX) == \
+        (mx_fold.KEY, mx_fold.PENDING, mx_fold.FOLD_MAX)

@@ -30,7 +30,11 @@
 // Scales: per tensor / per row in the epilogue (exact: linear); MX (e8m0 per 32 along K) on the decode's one bf16x2
 // multiply (fp8d_mx_decode_mul: code x 2^(c - 127) with one rounding, as the Triton W8A16 GEMM's prescale and the MX
 // GEMV), plus a second multiply for the rare scale codes above 134. A thread reads its two rows' two codes of step
-// kt + 2 while it decodes step kt (one 16-bit load a row; MX needs K % 64 == 0).
+// kt + 2 while it decodes step kt (one 16-bit load a row; MX needs K % 64 == 0). FP8D_MX_FOLD (the launcher, for a
+// weight whose codes are all at most 134, dispatch.mx_fold: every real checkpoint's): each multiplier is one IMAD and
+// there is no warp vote or second multiply (session 37: 0.93-0.99x the time in 14 of 16 mxfp8 cells; the same choice
+// made in the kernel, by a scan of the CTA's codes, ran slower: with two K loops in one kernel, more registers and
+// twice the code).
 // Needs K % 16 == 0 and 16-byte aligned x and codes (the tensor maps' global strides; checked by the launcher).
 #include "fp8_common.cuh"
 #include "wgmma_sm90.cuh"
@@ -44,6 +48,9 @@
 #define FP8D_WG_MX (FP8D_CFG_SCALE == FP8D_SCALE_MX)
 #ifndef FP8D_CFG_DEPTH
 #define FP8D_CFG_DEPTH 1  // K steps of wgmmas left in flight while the next step is decoded (the launcher's `depth`)
+#endif
+#ifndef FP8D_MX_FOLD
+#define FP8D_MX_FOLD 0  // MX: every scale code of the weight is at most FP8D_MX_FOLD_MAX (the launcher knows it)
 #endif
 #ifndef FP8D_CFG_KCLUSTER
 #define FP8D_CFG_KCLUSTER 1  // > 1: the K slices of a tile form a cluster and sum in shared memory (`slice_cluster`)
@@ -149,6 +156,12 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
   const unsigned char* wtile = smem + s * kStage + kXStage;
 #if FP8D_WG_MX
   unsigned mul[2][2];  // [row h][group]: 2^(c - 7) as bf16x2 (fp8d_mx_decode_mul)
+#if FP8D_MX_FOLD
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) mul[h][q] = fp8d_mx_folded_mul((mx[h] >> (8 * q)) & 0xffu);
+#else
   bool big = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -158,6 +171,7 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
       mul[h][q] = fp8d_mx_decode_mul(c);
       big |= c > FP8D_MX_FOLD_MAX && c != 0xffu;
     }
+#endif
 #endif
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -172,6 +186,7 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
     }
   }
 #if FP8D_WG_MX
+#if !FP8D_MX_FOLD
   if (__any_sync(0xffffffffu, big)) {  // scales above 2^7: the rest of 2^(c - 127) (real checkpoints have none)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -182,6 +197,7 @@ __device__ __forceinline__ void fp8d_k_step(float (&acc)[kBM / 2], unsigned (&a)
         a[kk][2 + h] = fp8d_bf16x2_fma(a[kk][2 + h], r, 0x80008000u);
       }
   }
+#endif
   // The codes of step kt + D + 1 (this set's next use): a load in flight for D + 1 steps (clamped at the last step).
   const int kn = min(kt + kDepth + 1, k_tiles - 1);
   mx[0] = mx_row0[kn];

@@ -94,9 +94,10 @@ def variants(arch: str, paths: tuple[str, ...] = PATHS) -> list[tuple[str, str, 
 
             for fmt in _wgmma_gemm.FORMATS:
                 for cfg in wgmma_configs():
-                    name, _, d = _wgmma_gemm.module(fmt, cfg)
-                    if ("wgmma_gemm", name, d, _wgmma_gemm.compile_arch(arch)) not in out:  # split: one module
-                        out.append(("wgmma_gemm", name, d, _wgmma_gemm.compile_arch(arch)))
+                    for fold in (False, True) if fmt is Format.MXFP8 else (False,):  # MX: both decodes
+                        name, _, d = _wgmma_gemm.module(fmt, cfg, fold)
+                        if ("wgmma_gemm", name, d, _wgmma_gemm.compile_arch(arch)) not in out:  # split: one module
+                            out.append(("wgmma_gemm", name, d, _wgmma_gemm.compile_arch(arch)))
             out.append(("wgmma_gemm", _wgmma_gemm.REDUCE_SOURCE, (), _wgmma_gemm.compile_arch(arch)))
     return out
 
