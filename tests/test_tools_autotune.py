@@ -257,6 +257,17 @@ def test_wall_timer_measures_exact_fake_costs():
     assert t.best_us == t.us
 
 
+def test_timers_drain_the_device_after_each_warm_up_pass():
+    """Two untimed passes over every copy, a drain after each, before the first timed call: a weight's load-time read
+    started by its first call (dispatch.mx_fold) has then landed for every copy when the graph is captured."""
+    events = []
+    t = WallTimer(clock=FakeClock(), sync=lambda: events.append("sync"))
+    t.time(lambda i: events.append(i), 3, TimingPolicy(target_graph_us=0, min_calls=3, max_calls=3, replays=1,
+                                                      eager_iters=1))
+    assert TimingPolicy().warmup_rounds == 2
+    assert events[:8] == [0, 1, 2, "sync", 0, 1, 2, "sync"]
+
+
 def test_cli_smoke_on_cpu_with_fake_registry(tmp_path, capsys):
     from tools import autotune
 
