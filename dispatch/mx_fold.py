@@ -10,7 +10,8 @@ The answer is reduced on the device at the weight's load-time preparation and co
 event (`start_read`), never read synchronously on the dispatcher's path (preparation does not synchronize the host).
 Until `settle` finds the copy done (a query, not a wait; none while a CUDA graph is being captured), `fold_ok` says
 False: the unfolded decode, exact for every code. A direct kernel call with nothing cached reads the answer once,
-synchronously, except during capture.
+synchronously, except during capture. The answer is cached on the weight like its other prepared state: its scales must not
+change after its first call (a code raised above FOLD_MAX afterwards would be decoded as if folded).
 
 The cache keys and the flag layout are those of kernels_triton._gemm_candidates / _gemm_launch, which keeps its own
 copy of this mechanism (moving it would stale the Triton GEMMs' tuned entries; it moves here with their next re-tune),
