@@ -111,3 +111,25 @@ def test_mx_fold_answers_whether_every_scale_code_folds():
         return
     assert (_gemm_launch._MX_FOLD_KEY, _gemm_candidates._MX_FOLD_PENDING, _gemm_launch.MX_FOLD_MAX) == \
         (mx_fold.KEY, mx_fold.PENDING, mx_fold.FOLD_MAX)
+
+
+def test_mx_fold_flags_can_be_written_outside_inference_mode_after_one_was_made_inside(monkeypatch):
+    """dispatch.mx_fold's flags are views of one long-lived pinned slab, made outside inference mode even when the first
+    weight is prepared inside it (the Triton copy's session-20 bug: the next flag's copy outside inference mode raised
+    'Inplace update to inference tensor outside InferenceMode'). Pinned memory needs a GPU: the slab here is plain host
+    memory, what is tested is the mode the slab and its views are made in."""
+    import types
+
+    from dispatch import mx_fold
+
+    shim = types.SimpleNamespace(uint8=torch.uint8, inference_mode=torch.inference_mode,
+                                 zeros=lambda *a, pin_memory=False, **k: torch.zeros(*a, **k))
+    monkeypatch.setattr(mx_fold, "torch", shim)
+    monkeypatch.setattr(mx_fold, "_slab", [None, mx_fold._SLAB_BYTES])
+    with torch.inference_mode():
+        mx_fold._pinned_flag().copy_(torch.ones(1, dtype=torch.uint8))
+    assert not mx_fold._slab[0].is_inference()
+    mx_fold._pinned_flag().copy_(torch.ones(1, dtype=torch.uint8))  # outside inference mode, the same slab
+    with torch.no_grad():
+        mx_fold._pinned_flag().copy_(torch.ones(1, dtype=torch.uint8))
+    assert mx_fold._slab[0][:3].tolist() == [1, 1, 1] and mx_fold._slab[1] == 3
