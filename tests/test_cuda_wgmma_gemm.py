@@ -346,6 +346,45 @@ def test_mx_folded_decode_gives_the_same_bits(gemm, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_mx_fold_is_learned_through_prepare_without_a_host_sync(gemm):
+    """The dispatcher's path (the candidate's prepare, then run): dispatch.mx_fold's read is asynchronous (no host sync
+    while preparing or running on a busy stream), the unfolded decode runs until it has landed, the folded one after,
+    with the same bits. (Written in session 37 after its last device call: not run yet.)"""
+    from dispatch import mx_fold
+    from dispatch.target import detect
+    from kernels_cuda.candidates import CudaW8A16GemmWgmma
+    from kernels_cuda._wgmma_gemm import WgmmaGemmConfig
+
+    cand, cfg = CudaW8A16GemmWgmma(), WgmmaGemmConfig(128, 2, 4)
+    assert cand.supports(Problem(Format.MXFP8, Act.BF16, 256, 512, 1024), detect(torch.device("cuda")))
+    x = _x(256, 1024, 13)
+    for fold in (False, True):  # both decodes loaded first: nothing below waits for a compile
+        warm = dispatch.quantize(_weight(512, 1024, 14), Format.MXFP8, act="bf16")
+        warm._cache[mx_fold.KEY] = fold
+        cand.run(x, warm, None, None, torch.bfloat16, cfg)
+    # One read run to the end first: the pinned flag slab and torch's kernels of the read exist, so neither a pinned
+    # allocation nor a first kernel load can drain the busy stream below.
+    mx_fold.start_read(dispatch.quantize(_weight(512, 1024, 15), Format.MXFP8, act="bf16"))
+    qw = dispatch.quantize(_weight(512, 1024, 16), Format.MXFP8, act="bf16")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(torch.cuda.Stream()):  # a busy stream: the flag's copy queues behind this work
+            torch.cuda._sleep(400_000_000)  # ~0.2 s on the H200 against ~1 ms of host work below
+            prepared = cand.prepare(qw)
+            assert qw._cache[mx_fold.KEY] is False and mx_fold.PENDING in qw._cache
+            y_unfolded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
+            assert qw._cache[mx_fold.KEY] is False  # the copy has not landed yet: the unfolded decode ran
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    y_folded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
+    assert qw._cache[mx_fold.KEY] is True and mx_fold.PENDING not in qw._cache
+    assert torch.equal(y_unfolded, y_folded)
+    _check_close(y_folded, x, qw)
+
+
+@pytest.mark.gpu
 def test_mx_nan_scale_code_gives_nan_rows(gemm):
     """The e8m0 NaN code (255) makes its weight row's outputs NaN, as the reference does, and nothing else."""
     n, k = 256, 512
