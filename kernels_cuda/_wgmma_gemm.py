@@ -109,12 +109,12 @@ def compile_arch(arch: str) -> str:
     return "sm_90a"
 
 
-def module(fmt: Format, cfg: WgmmaGemmConfig, mx_fold: bool = False) -> tuple[str, str, tuple[tuple[str, int], ...]]:
-    """(source, entry, defines); mx_fold (MX only): the decode for weights whose scale codes all fold (dispatch.mx_fold),
+def module(fmt: Format, cfg: WgmmaGemmConfig, folded: bool = False) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+    """(source, entry, defines); folded (MX only): the decode for weights whose scale codes all fold (dispatch.mx_fold),
     without the per-step check for larger codes."""
     d = {"FP8D_CFG_BM": cfg.bm, "FP8D_CFG_WGS": cfg.wgs, "FP8D_CFG_STAGES": cfg.stages,
          "FP8D_CFG_SCALE": SCALE_CODE[fmt]}
-    if mx_fold and fmt is Format.MXFP8:
+    if folded and fmt is Format.MXFP8:
         d["FP8D_MX_FOLD"] = 1
     if cfg.depth != 1:  # depth 1 keeps the defines (and the cached modules) it had before depth existed
         d["FP8D_CFG_DEPTH"] = cfg.depth
@@ -242,8 +242,8 @@ def _launch_with_params(kern: _driver.LoadedKernel, grid: tuple[int, int, int], 
 
 
 @functools.lru_cache(maxsize=1024)
-def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int, mx_fold: bool) -> _driver.LoadedKernel:
-    name, entry, defines = module(fmt, cfg, mx_fold)
+def _spec(fmt: Format, cfg: WgmmaGemmConfig, device: int, folded: bool) -> _driver.LoadedKernel:
+    name, entry, defines = module(fmt, cfg, folded)
     kern = _kernel(name, entry, defines, device, compile_arch(device_arch(device)))
     _driver.allow_dynamic_smem(kern, cfg.smem)
     return kern

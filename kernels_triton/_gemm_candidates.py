@@ -6,11 +6,11 @@ nor torch.cuda; the kernels load on the first `run`.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Sequence
 
 import torch
 
+from dispatch import mx_fold
 from dispatch.formats import Act, Format, QWeight
 from dispatch.problem import Candidate, KernelConfig, Problem
 from dispatch.target import Target, detect
@@ -18,60 +18,6 @@ from dispatch.target import Target, detect
 from ._gemm_config import GemmConfig, w8a8_configs, w8a16_configs
 from ._gemm_layouts import W8A8_LAYOUT, W8A16_LAYOUT
 from .candidates import TritonCandidate, check_compiled
-
-
-_MX_FOLD_PENDING = "kernels_triton.gemm.mx_fold_pending"
-_FLAG_SLAB_BYTES = 4096
-_flag_slab: list = [None, _FLAG_SLAB_BYTES]  # [pinned uint8 slab, next free byte]
-_flag_lock = threading.Lock()
-
-
-def _new_flag_slab() -> torch.Tensor:
-    return torch.zeros(_FLAG_SLAB_BYTES, dtype=torch.uint8, pin_memory=True)
-
-
-def _pinned_flag() -> torch.Tensor:
-    """One byte of pinned host memory for a fold flag, set to 0 (unfolded). Carved from a 4 KB slab: allocating pinned
-    memory (cudaHostAlloc) can wait for the whole device, which the sync-debug mode does not report (session 18: the
-    fold test's busy stream drained at each first allocation), so one such allocation serves 4096 weights.
-    The slab and its views are made outside inference mode even when the caller is in it: an inference tensor cannot
-    be written in place outside inference mode, and the slab outlives the call (a weight prepared under
-    `torch.inference_mode()`, the next one under `no_grad`, failed at its flag's copy; found by the GPU suite in
-    session 20, when the accuracy test had made the slab first in the same process)."""
-    with _flag_lock, torch.inference_mode(False):
-        if _flag_slab[1] >= _FLAG_SLAB_BYTES:
-            _flag_slab[0], _flag_slab[1] = _new_flag_slab(), 0
-        i = _flag_slab[1]
-        _flag_slab[1] = i + 1
-        return _flag_slab[0][i:i + 1]
-
-
-def _start_mx_fold_read(qw: QWeight) -> None:
-    """Load time, on the dispatcher's path: whether the mxfp8 weight's scales fold into the W8A16 GEMM's decode
-    (_gemm_launch.mx_fold_ok) is reduced on the device and copied into pinned memory behind an event, never read
-    synchronously (dispatch's contract: preparation does not synchronize the host). Until `_settle_mx_fold` finds
-    the copy done, the launcher's cached answer is False: the unfolded decode, which gives the same bits."""
-    from ._gemm_launch import _MX_FOLD_KEY, MX_FOLD_MAX
-    if qw._cache.get(_MX_FOLD_KEY) is not None or qw.device.type != "cuda":
-        return  # known already, or a CPU weight (the launcher reads it directly: nothing to wait for)
-    with torch.cuda.device(qw.device):  # the event goes on the stream the copy runs on: the weight's device's
-        flag = _pinned_flag()  # 0 (unfolded) until the copy lands
-        flag.copy_((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).to(torch.uint8).reshape(1), non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-    qw._cache[_MX_FOLD_PENDING] = (flag, done)
-    qw._cache[_MX_FOLD_KEY] = False
-
-
-def _settle_mx_fold(qw: QWeight) -> None:
-    """Per call while the read `_start_mx_fold_read` started is pending: once its event has completed (a query, not a
-    wait; none inside CUDA-graph capture), the launcher's cached answer becomes the weight's."""
-    pending = qw._cache.get(_MX_FOLD_PENDING)
-    if pending is None or torch.cuda.is_current_stream_capturing() or not pending[1].query():
-        return
-    from ._gemm_launch import _MX_FOLD_KEY
-    qw._cache[_MX_FOLD_KEY] = bool(pending[0][0])
-    qw._cache.pop(_MX_FOLD_PENDING, None)  # (two threads may settle it at once: same answer)
 
 
 class _GemmCandidate(TritonCandidate):
@@ -96,7 +42,8 @@ class TritonW8A16Gemm(_GemmCandidate):
     serves = frozenset((f, Act.BF16) for f in Format)
     source_files = ("kernels_triton/_gemm.py", "kernels_triton/_gemm_launch.py", "kernels_triton/_gemm_config.py",
                     "kernels_triton/_fp8.py", "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
-                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py")
+                    "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py",
+                    "dispatch/mx_fold.py")
     act = Act.BF16
     sibling = "triton.w8a8_gemm"
     x_dtypes = (torch.bfloat16, torch.float16)
@@ -109,7 +56,7 @@ class TritonW8A16Gemm(_GemmCandidate):
     def prepare(self, qw: QWeight) -> Any:
         if qw.format is Format.MXFP8:
             from ._gemm_launch import mx_scale_rows
-            _start_mx_fold_read(qw)
+            mx_fold.start_read(qw)  # whether the decode folds, read without a host sync (_gemm_launch.mx_fold_ok)
             return mx_scale_rows(qw)  # padded e8m0 rows, cached on the weight (see its docstring)
         return None
 
@@ -118,8 +65,6 @@ class TritonW8A16Gemm(_GemmCandidate):
         from ._gemm_launch import w8a16_gemm
         assert isinstance(config, GemmConfig)
         qw.require(qw.format, Act.BF16)
-        if qw.format is Format.MXFP8:
-            _settle_mx_fold(qw)
         hw = detect(x2d.device).has_triton_fp8_dtype
         y = w8a16_gemm(x2d, qw, bias, out_dtype, config, hw_fp8=hw)
         check_compiled("_gemm", "_w8a16_gemm_kernel", self.id)
@@ -138,7 +83,7 @@ class TritonW8A8Gemm(_GemmCandidate):
                     "kernels_triton/_fp8.py", "kernels_triton/_act_quant.py", "kernels_triton/weight_quant.py",
                     "kernels_triton/_wgmma.py", "kernels_triton/_splitk_reduce.py",
                     "kernels_triton/_pdl.py", "kernels_triton/_fast_launch.py", "kernels_triton/_gemm_layouts.py",
-                    "kernels_triton/act_quant_config.py")
+                    "kernels_triton/act_quant_config.py", "dispatch/mx_fold.py")
     act = Act.FP8
     sibling = "triton.w8a16_gemm"
     x_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # quantized before the GEMM: any float works

@@ -14,6 +14,7 @@ import triton
 
 from dispatch.errors import FormatError, UnsupportedError
 from dispatch.formats import Format, QWeight
+from dispatch.mx_fold import fold_ok
 from dispatch.target import detect
 
 from . import _fp8
@@ -60,8 +61,7 @@ def codes_view(t: torch.Tensor, hw_fp8: bool) -> torch.Tensor:
 
 MX_ROW_PAD = 16  # groups: covers every block_k / 32 <= 8 and gives the row stride divisibility by 16
 _MX_CACHE_KEY = "kernels_triton.gemm.mx_scale_rows"
-_MX_FOLD_KEY = "kernels_triton.gemm.mx_fold_ok"
-MX_FOLD_MAX = _fp8.MX_FOLD_MAX.value  # the largest e8m0 code whose 2^(code - 7) is a bf16 number
+MX_FOLD_MAX = _fp8.MX_FOLD_MAX.value  # the largest e8m0 code whose 2^(code - 7) is a bf16 number (mx_fold.FOLD_MAX)
 
 
 def mx_scale_rows(qw: QWeight) -> torch.Tensor:
@@ -86,19 +86,10 @@ def mx_scale_rows(qw: QWeight) -> torch.Tensor:
 
 
 def mx_fold_ok(qw: QWeight) -> bool:
-    """Whether every e8m0 code of the mxfp8 weight is <= MX_FOLD_MAX (scale <= 2^7, group amax <= 448 x 128: every
-    real checkpoint), so the W8A16 GEMM folds 2^e into its decode's one FMA (MX_FOLD; both decodes give the same
-    bits). Cached on the weight. On the dispatcher's path the cache is filled without a host sync
-    (`_gemm_candidates._start_mx_fold_read` at preparation: False until an asynchronous copy of the answer lands);
-    a direct call with nothing cached reads the answer from the device once, synchronously, except while a graph is
-    being captured, where it takes the unfolded decode (exact for every code)."""
-    ok = qw._cache.get(_MX_FOLD_KEY)
-    if ok is None:
-        if qw.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return False
-        ok = bool((qw.scale.view(torch.uint8).amax() <= MX_FOLD_MAX).item())
-        qw._cache[_MX_FOLD_KEY] = ok
-    return ok
+    """Whether every e8m0 code of the mxfp8 weight is <= MX_FOLD_MAX, so the W8A16 GEMM folds 2^e into its decode's
+    one FMA (MX_FOLD; both decodes give the same bits): `dispatch.mx_fold.fold_ok` (read at preparation without a
+    host sync, shared with the CUDA wgmma GEMM)."""
+    return fold_ok(qw)
 
 
 def _weight_scale_args(qw: QWeight) -> tuple[torch.Tensor, int]:

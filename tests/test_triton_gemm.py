@@ -316,23 +316,3 @@ def test_split_for_never_leaves_a_split_without_a_k_tile():
                 split = cfg.split_for(m, n, k_tiles * 128, 132)
                 per = -(-k_tiles // split)
                 assert 1 <= split <= (split_k or split) and (split - 1) * per < k_tiles, (split_k, k_tiles, m, n, split)
-
-
-def test_fold_flags_can_be_written_outside_inference_mode_after_one_was_made_inside(monkeypatch):
-    """The mxfp8 fold flags are views of one long-lived slab. Made first under `torch.inference_mode()` (an engine's
-    warm-up), the slab was an inference tensor, and the next weight's flag copy outside inference mode raised
-    'Inplace update to inference tensor outside InferenceMode' (the H200 GPU suite, session 20). Pinned memory needs a
-    GPU, so the slab here is plain host memory: what is tested is the mode the slab and its views are made in."""
-    from kernels_triton import _gemm_candidates as gc
-
-    monkeypatch.setattr(gc, "_flag_slab", [None, gc._FLAG_SLAB_BYTES])
-    monkeypatch.setattr(gc, "_new_flag_slab", lambda: torch.zeros(gc._FLAG_SLAB_BYTES, dtype=torch.uint8))
-    with torch.inference_mode():
-        first = gc._pinned_flag()
-        first.copy_(torch.ones(1, dtype=torch.uint8))
-    assert not gc._flag_slab[0].is_inference()
-    second = gc._pinned_flag()  # outside inference mode, the same slab
-    second.copy_(torch.ones(1, dtype=torch.uint8))
-    with torch.no_grad():
-        gc._pinned_flag().copy_(torch.ones(1, dtype=torch.uint8))
-    assert gc._flag_slab[0][:3].tolist() == [1, 1, 1] and gc._flag_slab[1] == 3

@@ -229,8 +229,8 @@ def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
     """The dispatcher's path (triton.w8a16_gemm prepare / run): whether an mxfp8 weight's scales fold into the decode
     is read asynchronously (no host sync while preparing or running), the unfolded decode runs until the read has
     landed, the folded one after it, and both give the same bits."""
-    from kernels_triton import _gemm_candidates
-    from kernels_triton._gemm_launch import _MX_FOLD_KEY
+    from dispatch import mx_fold
+    from dispatch.mx_fold import KEY as _MX_FOLD_KEY
 
     cand, _ = _cands()
     qw = dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16")
@@ -242,21 +242,21 @@ def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
         cand.run(x, warm, cand.prepare(warm), None, torch.bfloat16, cfg)
     # One read run to the end first: the pinned flag slab and torch's kernels of the read exist, so neither a pinned
     # allocation nor a first kernel load (lazy module loading) can drain the busy stream below.
-    _gemm_candidates._start_mx_fold_read(dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16"))
+    mx_fold.start_read(dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16"))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         with torch.cuda.stream(torch.cuda.Stream()):  # a busy stream: the flag's copy queues behind this work
             torch.cuda._sleep(400_000_000)  # ~0.2 s on the H200 against ~1 ms of host work below
             prepared = cand.prepare(qw)
-            assert qw._cache[_MX_FOLD_KEY] is False and _gemm_candidates._MX_FOLD_PENDING in qw._cache
+            assert qw._cache[_MX_FOLD_KEY] is False and mx_fold.PENDING in qw._cache
             y_unfolded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
             assert qw._cache[_MX_FOLD_KEY] is False  # the copy has not landed yet: the unfolded decode ran
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     y_folded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
-    assert qw._cache[_MX_FOLD_KEY] is True and _gemm_candidates._MX_FOLD_PENDING not in qw._cache
+    assert qw._cache[_MX_FOLD_KEY] is True and mx_fold.PENDING not in qw._cache
     assert torch.equal(y_unfolded, y_folded)
 
 
@@ -266,22 +266,22 @@ def test_mx_fold_read_of_a_weight_on_another_gpu_waits_for_that_gpu():
     """The fold flag of a weight on cuda:1, prepared while cuda:0 is current: its copy and event go on cuda:1's
     stream, so the flag is not read before cuda:1 has run the copy (an event on cuda:0 would complete at once and
     settle on the pinned buffer's initial 0: unfolded for good)."""
-    from kernels_triton import _gemm_candidates
-    from kernels_triton._gemm_launch import _MX_FOLD_KEY
+    from dispatch import mx_fold
+    from dispatch.mx_fold import KEY as _MX_FOLD_KEY
 
     qw = dispatch.quantize(torch.randn(512, 1024, device="cuda:1"), "mxfp8", act="bf16")
     # One read run to the end first (the pinned slab and torch's kernels of the read on cuda:1 exist: see above).
-    _gemm_candidates._start_mx_fold_read(dispatch.quantize(torch.randn(512, 1024, device="cuda:1"), "mxfp8", act="bf16"))
+    mx_fold.start_read(dispatch.quantize(torch.randn(512, 1024, device="cuda:1"), "mxfp8", act="bf16"))
     torch.cuda.synchronize(1)
     torch.cuda.set_device(0)
     with torch.cuda.device(1):
         torch.cuda._sleep(400_000_000)  # cuda:1's current stream busy for ~0.2 s
-    _gemm_candidates._start_mx_fold_read(qw)
-    _gemm_candidates._settle_mx_fold(qw)
-    assert qw._cache[_MX_FOLD_KEY] is False and _gemm_candidates._MX_FOLD_PENDING in qw._cache
+    mx_fold.start_read(qw)
+    mx_fold.settle(qw)
+    assert qw._cache[_MX_FOLD_KEY] is False and mx_fold.PENDING in qw._cache
     torch.cuda.synchronize(1)
-    _gemm_candidates._settle_mx_fold(qw)
-    assert qw._cache[_MX_FOLD_KEY] is True and _gemm_candidates._MX_FOLD_PENDING not in qw._cache
+    mx_fold.settle(qw)
+    assert qw._cache[_MX_FOLD_KEY] is True and mx_fold.PENDING not in qw._cache
 
 def test_cuda_graph_capture_and_replay():
     """No host sync or value-dependent branch: capture run() (act quant + GEMM) and replay on new inputs."""
