@@ -13,9 +13,9 @@ False: the unfolded decode, exact for every code. A direct kernel call with noth
 synchronously, except during capture. The answer is cached on the weight like its other prepared state: its scales must not
 change after its first call (a code raised above FOLD_MAX afterwards would be decoded as if folded).
 
-The cache keys and the flag layout are those of kernels_triton._gemm_candidates / _gemm_launch, which keeps its own
-copy of this mechanism (moving it would stale the Triton GEMMs' tuned entries; it moves here with their next re-tune),
-so either backend's read answers both.
+Both sm_90 W8A16 GEMMs ask it: the CUDA wgmma GEMM (kernels_cuda._wgmma_gemm) and the Triton GEMM
+(kernels_triton._gemm_launch.mx_fold_ok); either candidate's `prepare` starts the read, and its answer serves both.
+The cache keys keep the names they had when the mechanism lived in kernels_triton (session 18; moved here in 38).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_mx_fold_answers_whether_every_scale_code_folds():
 
 def test_mx_fold_flags_can_be_written_outside_inference_mode_after_one_was_made_inside(monkeypatch):
     """dispatch.mx_fold's flags are views of one long-lived pinned slab, made outside inference mode even when the first
-    weight is prepared inside it (the Triton copy's session-20 bug: the next flag's copy outside inference mode raised
+    weight is prepared inside it (the session-20 bug of this mechanism's first, Triton-side home: the next flag's copy outside inference mode raised
     'Inplace update to inference tensor outside InferenceMode'). Pinned memory needs a GPU: the slab here is plain host
     memory, what is tested is the mode the slab and its views are made in."""
     import types
