@@ -349,7 +349,8 @@ def test_mx_folded_decode_gives_the_same_bits(gemm, monkeypatch):
 def test_mx_fold_is_learned_through_prepare_without_a_host_sync(gemm):
     """The dispatcher's path (the candidate's prepare, then run): dispatch.mx_fold's read is asynchronous (no host sync
     while preparing or running on a busy stream), the unfolded decode runs until it has landed, the folded one after,
-    with the same bits. (Written in session 37 after its last device call: not run yet.)"""
+    with the same bits. (Written in session 37; first run in session 38's GPU suite. Its Triton twin:
+    test_triton_gemm_gpu.test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit.)"""
     from dispatch import mx_fold
     from dispatch.target import detect
     from kernels_cuda.candidates import CudaW8A16GemmWgmma

@@ -3,7 +3,6 @@ re-time (the timings themselves need the GPU)."""
 
 from __future__ import annotations
 
-
 import pathlib
 
 import pytest

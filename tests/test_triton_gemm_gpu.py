@@ -230,7 +230,6 @@ def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
     is read asynchronously (no host sync while preparing or running), the unfolded decode runs until the read has
     landed, the folded one after it, and both give the same bits."""
     from dispatch import mx_fold
-    from dispatch.mx_fold import KEY as _MX_FOLD_KEY
 
     cand, _ = _cands()
     qw = dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16")
@@ -238,7 +237,7 @@ def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
     cfg = cand.default_config(Problem(Format.MXFP8, Act.BF16, 256, 512, 1024), detect(torch.device("cuda")))
     for fold in (False, True):  # both decodes compiled first: nothing in the window below waits for a compile
         warm = dispatch.quantize(torch.randn(512, 1024, device="cuda"), "mxfp8", act="bf16")
-        warm._cache[_MX_FOLD_KEY] = fold
+        warm._cache[mx_fold.KEY] = fold
         cand.run(x, warm, cand.prepare(warm), None, torch.bfloat16, cfg)
     # One read run to the end first: the pinned flag slab and torch's kernels of the read exist, so neither a pinned
     # allocation nor a first kernel load (lazy module loading) can drain the busy stream below.
@@ -249,14 +248,14 @@ def test_mx_fold_is_learned_without_a_host_sync_and_changes_no_bit():
         with torch.cuda.stream(torch.cuda.Stream()):  # a busy stream: the flag's copy queues behind this work
             torch.cuda._sleep(400_000_000)  # ~0.2 s on the H200 against ~1 ms of host work below
             prepared = cand.prepare(qw)
-            assert qw._cache[_MX_FOLD_KEY] is False and mx_fold.PENDING in qw._cache
+            assert qw._cache[mx_fold.KEY] is False and mx_fold.PENDING in qw._cache
             y_unfolded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
-            assert qw._cache[_MX_FOLD_KEY] is False  # the copy has not landed yet: the unfolded decode ran
+            assert qw._cache[mx_fold.KEY] is False  # the copy has not landed yet: the unfolded decode ran
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     y_folded = cand.run(x, qw, prepared, None, torch.bfloat16, cfg)
-    assert qw._cache[_MX_FOLD_KEY] is True and mx_fold.PENDING not in qw._cache
+    assert qw._cache[mx_fold.KEY] is True and mx_fold.PENDING not in qw._cache
     assert torch.equal(y_unfolded, y_folded)
 
 
@@ -267,7 +266,6 @@ def test_mx_fold_read_of_a_weight_on_another_gpu_waits_for_that_gpu():
     stream, so the flag is not read before cuda:1 has run the copy (an event on cuda:0 would complete at once and
     settle on the pinned buffer's initial 0: unfolded for good)."""
     from dispatch import mx_fold
-    from dispatch.mx_fold import KEY as _MX_FOLD_KEY
 
     qw = dispatch.quantize(torch.randn(512, 1024, device="cuda:1"), "mxfp8", act="bf16")
     # One read run to the end first (the pinned slab and torch's kernels of the read on cuda:1 exist: see above).
@@ -278,10 +276,11 @@ def test_mx_fold_read_of_a_weight_on_another_gpu_waits_for_that_gpu():
         torch.cuda._sleep(400_000_000)  # cuda:1's current stream busy for ~0.2 s
     mx_fold.start_read(qw)
     mx_fold.settle(qw)
-    assert qw._cache[_MX_FOLD_KEY] is False and mx_fold.PENDING in qw._cache
+    assert qw._cache[mx_fold.KEY] is False and mx_fold.PENDING in qw._cache
     torch.cuda.synchronize(1)
     mx_fold.settle(qw)
-    assert qw._cache[_MX_FOLD_KEY] is True and mx_fold.PENDING not in qw._cache
+    assert qw._cache[mx_fold.KEY] is True and mx_fold.PENDING not in qw._cache
+
 
 def test_cuda_graph_capture_and_replay():
     """No host sync or value-dependent branch: capture run() (act quant + GEMM) and replay on new inputs."""
